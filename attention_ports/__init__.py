@@ -1,0 +1,1 @@
+"""attention-ports: the harness (catalogue, fixtures, comparison, report, CLI)."""

@@ -1,0 +1,59 @@
+"""The ``reference`` implementation: re-computes every case from its fixture inputs.
+
+Running the reference through the same interface as the ports proves the fixtures are what the
+current reference computes (and gives a baseline row in every report).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+import reference
+from attention_ports import ops
+from attention_ports.impl import Arrays, Implementation, OperationMissing
+
+
+def call_reference(op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
+    """Call the reference function named ``op`` with the case's arrays and options by name."""
+    spec = ops.get(op)
+    fn = getattr(reference, op, None)
+    if fn is None:
+        raise OperationMissing(f"{op} is not defined in reference")
+    kwargs: dict[str, Any] = {name: inputs[name] for name in spec.args}
+    kwargs.update({name: inputs[name] for name in spec.kwargs if name in inputs})
+    for name in spec.groups:
+        kwargs[name] = {k: inputs[f"{name}.{k}"] for k in spec.groups[name] if f"{name}.{k}" in inputs}
+    for name in (*spec.positional_options, *spec.options):
+        if options.get(name) is not None:
+            kwargs[name] = options[name]
+    result = fn(**kwargs)
+    return _flatten(result, spec.outputs)
+
+
+def _flatten(result: Any, outputs: tuple[str, ...]) -> Arrays:
+    if isinstance(result, np.ndarray):
+        (name,) = outputs
+        return {name: result}
+    if hasattr(result, "_asdict"):
+        result = result._asdict()
+    flat: Arrays = {}
+    for key, value in result.items():
+        if isinstance(value, Mapping) or hasattr(value, "_asdict"):
+            for sub, arr in (value._asdict() if hasattr(value, "_asdict") else value).items():
+                flat[f"{key}.{sub}"] = np.asarray(arr, dtype=np.float64)
+        else:
+            flat[key] = np.asarray(value, dtype=np.float64)
+    return flat
+
+
+class ReferenceImplementation(Implementation):
+    name = "reference"
+
+    def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
+        return call_reference(op, inputs, options)
+
+    def describe(self) -> str:
+        return f"reference {reference.__version__} (NumPy {np.__version__})"

@@ -1,0 +1,62 @@
+"""The one interface every implementation (reference, torch, R, Julia, a user's port) implements.
+
+Arrays cross this interface in the *reference layout*: tokens are rows (n x d), projection
+weights are (d_in x d_out) so that ``x @ w`` projects, biases are 1-D, per-head weights are
+(h, n_q, n_k). An adapter whose language prefers another layout converts on its side of the seam;
+that conversion is exactly what port verification has to exercise.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+Arrays = dict[str, np.ndarray]
+
+
+class OperationMissing(Exception):
+    """The implementation does not define this operation (a partial port): status ``missing``."""
+
+
+class ImplementationError(Exception):
+    """The implementation raised while running a case: status ``error``.
+
+    ``message`` carries the foreign language's own error text (R's condition message and call,
+    Julia's exception and backtrace) so a user can act on it without re-running anything.
+    """
+
+
+class ImplementationUnavailable(Exception):
+    """The runtime behind an implementation (R, Julia, torch) cannot be started on this machine."""
+
+
+class Implementation(abc.ABC):
+    """One implementation under test.
+
+    ``run`` takes the operation name (a reference function name, e.g. ``"self_attention"``),
+    the case's input arrays (absent optional inputs such as biases or a mask are simply absent
+    from the mapping) and its scalar options (``scale``, ``num_heads``, ...), and returns the
+    named outputs in the reference layout.
+    """
+
+    name: str
+
+    @abc.abstractmethod
+    def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
+        """Run one operation; raise OperationMissing / ImplementationError, never return junk."""
+
+    def describe(self) -> str:
+        """One line for reports: the runtime and where the port came from."""
+        return self.name
+
+    def close(self) -> None:
+        """Release the runtime (worker processes, interpreters); safe to call twice."""
+
+    def __enter__(self) -> Implementation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,113 @@
+"""What each operation takes and returns, declared once.
+
+Every adapter is driven by this table instead of hand-writing each call: which arrays are
+positional, which are optional keywords, which scalar options exist, which arrays travel grouped
+into a parameter collection, what comes back, and the *layout role* of each array so the Julia
+adapter can convert between the reference layout (tokens as rows) and Julia's feature-major one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Role(Enum):
+    """How an array's axes map between the reference layout and Julia's feature-major layout."""
+
+    TOKENS = "tokens"  # (n, d) reference  <-> (d, n) Julia: transpose
+    WEIGHT = "weight"  # (d_in, d_out)     <-> (d_out, d_in): transpose
+    SCORES = "scores"  # (n_q, n_k)        <-> (n_k, n_q): transpose (masks and attention weights)
+    HEAD_SCORES = "head_scores"  # (h, n_q, n_k) <-> (n_k, n_q, h): reverse the axes
+    VECTOR = "vector"  # 1-D: identical
+    SCALAR = "scalar"  # 0-D: identical
+    ROWS = "rows"  # a matrix softmax normalises along its last axis: transpose, like TOKENS
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    args: tuple[str, ...]  # required arrays, in positional order
+    kwargs: tuple[str, ...] = ()  # optional arrays, passed by name when present
+    options: tuple[str, ...] = ()  # scalar options (None = absent), passed by name
+    positional_options: tuple[str, ...] = ()  # scalar options that are positional, after args
+    outputs: tuple[str, ...] = ()
+    roles: dict[str, Role] = field(default_factory=dict)
+    # name of a collection argument -> the arrays that travel inside it (R named list, Julia Dict)
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def role(self, array_name: str) -> Role:
+        base = array_name.rsplit(".", 1)[-1]
+        if base not in self.roles:
+            raise KeyError(f"{self.name}: no layout role declared for array {array_name!r}")
+        return self.roles[base]
+
+
+_ATTN_ROLES = {
+    "q": Role.TOKENS,
+    "k": Role.TOKENS,
+    "v": Role.TOKENS,
+    "x": Role.TOKENS,
+    "query": Role.TOKENS,
+    "key": Role.TOKENS,
+    "value": Role.TOKENS,
+    "output": Role.TOKENS,
+    "mask": Role.SCORES,
+    "w_q": Role.WEIGHT,
+    "w_k": Role.WEIGHT,
+    "w_v": Role.WEIGHT,
+    "w_o": Role.WEIGHT,
+    "b_q": Role.VECTOR,
+    "b_k": Role.VECTOR,
+    "b_v": Role.VECTOR,
+    "b_o": Role.VECTOR,
+}
+
+OPS: dict[str, OpSpec] = {}
+
+
+def register(spec: OpSpec) -> OpSpec:
+    if spec.name in OPS:
+        raise ValueError(f"operation {spec.name!r} declared twice")
+    OPS[spec.name] = spec
+    return spec
+
+
+register(OpSpec("softmax", args=("x",), outputs=("y",), roles={"x": Role.ROWS, "y": Role.ROWS}))
+register(
+    OpSpec(
+        "scaled_dot_product_attention",
+        args=("q", "k", "v"),
+        kwargs=("mask",),
+        options=("scale",),
+        outputs=("output", "weights"),
+        roles={**_ATTN_ROLES, "weights": Role.SCORES},
+    )
+)
+register(
+    OpSpec(
+        "self_attention",
+        args=("x", "w_q", "w_k", "w_v"),
+        kwargs=("b_q", "b_k", "b_v", "mask"),
+        options=("scale",),
+        outputs=("q", "k", "v", "weights", "output"),
+        roles={**_ATTN_ROLES, "weights": Role.SCORES},
+    )
+)
+register(
+    OpSpec(
+        "multi_head_attention",
+        args=("query", "key", "value", "w_q", "w_k", "w_v", "w_o"),
+        positional_options=("num_heads",),
+        kwargs=("b_q", "b_k", "b_v", "b_o", "mask"),
+        outputs=("output", "weights"),
+        roles={**_ATTN_ROLES, "weights": Role.HEAD_SCORES},
+    )
+)
+
+
+def get(name: str) -> OpSpec:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown operation {name!r}; known: {', '.join(OPS)}") from None
