@@ -111,3 +111,64 @@ def get(name: str) -> OpSpec:
         return OPS[name]
     except KeyError:
         raise KeyError(f"unknown operation {name!r}; known: {', '.join(OPS)}") from None
+
+
+# Seed 003's attention classifier (reference/classifier.py). The parameters travel as one group
+# "params" (inputs "params.w_q", ...); their natural call order is the required arrays, then the
+# group, then the positional options, then the named options, e.g.
+# classifier_step(x_emb, label, params, lr, frozen = <names>). Labels are 0-based class indices
+# (negative 0, neutral 1, positive 2). "frozen" is a list of parameter names, possibly empty.
+CLASSIFIER_PARAMS: tuple[str, ...] = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_f", "b_f")
+_CLASSIFIER_ROLES = {
+    **_ATTN_ROLES,
+    "x_emb": Role.TOKENS,  # (n, e): the embeddings *without* the positional column
+    "weights": Role.SCORES,
+    "z": Role.TOKENS,
+    "f": Role.TOKENS,  # (n, c)
+    "pooled": Role.VECTOR,
+    "probs": Role.VECTOR,
+    "loss": Role.SCALAR,
+    "label": Role.SCALAR,  # 0-D integer-valued: the 0-based class index
+    "w_f": Role.WEIGHT,
+    "b_f": Role.VECTOR,
+    "tokens": Role.TOKENS,  # (N_total, e): every sentence's rows stacked in dataset order
+    "lengths": Role.VECTOR,  # integer-valued: rows per sentence (0 = an empty sentence, skipped)
+    "labels": Role.VECTOR,  # integer-valued: 0-based class index per sentence
+    "epoch_losses": Role.VECTOR,
+}
+register(
+    OpSpec(
+        "classifier_forward",
+        args=("x_emb",),
+        outputs=("x", "q", "k", "v", "weights", "z", "f", "pooled", "probs"),
+        roles=_CLASSIFIER_ROLES,
+        groups={"params": CLASSIFIER_PARAMS},
+    )
+)
+register(
+    OpSpec(
+        "classifier_step",
+        args=("x_emb", "label"),
+        positional_options=("lr",),
+        options=("frozen",),
+        outputs=(
+            "loss",
+            "probs",
+            *(f"grads.{p}" for p in CLASSIFIER_PARAMS),
+            *(f"params.{p}" for p in CLASSIFIER_PARAMS),
+        ),
+        roles=_CLASSIFIER_ROLES,
+        groups={"params": CLASSIFIER_PARAMS},
+    )
+)
+register(
+    OpSpec(
+        "classifier_train",
+        args=("tokens", "lengths", "labels"),
+        positional_options=("lr", "epochs"),
+        options=("frozen",),
+        outputs=("epoch_losses", *(f"params.{p}" for p in CLASSIFIER_PARAMS)),
+        roles=_CLASSIFIER_ROLES,
+        groups={"params": CLASSIFIER_PARAMS},
+    )
+)

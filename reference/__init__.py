@@ -10,20 +10,44 @@ from reference.attention import (
     self_attention,
     softmax,
 )
+from reference.classifier import (
+    ClassifierForward,
+    ClassifierStep,
+    ClassifierTraining,
+    classifier_forward,
+    classifier_loss_and_grads,
+    classifier_step,
+    classifier_train,
+    init_classifier_params,
+    pack_dataset,
+    train_classifier,
+    unpack_dataset,
+)
 from reference.masks import as_additive_mask, causal_mask, key_padding_mask
 
 __version__ = "1.0.0"
 
 __all__ = [
     "AttentionResult",
+    "ClassifierForward",
+    "ClassifierStep",
+    "ClassifierTraining",
     "MultiHeadResult",
     "SelfAttentionResult",
     "as_additive_mask",
     "causal_mask",
+    "classifier_forward",
+    "classifier_loss_and_grads",
+    "classifier_step",
+    "classifier_train",
     "heads_to_packed",
+    "init_classifier_params",
     "key_padding_mask",
     "multi_head_attention",
+    "pack_dataset",
     "scaled_dot_product_attention",
     "self_attention",
     "softmax",
+    "train_classifier",
+    "unpack_dataset",
 ]

@@ -1,0 +1,220 @@
+"""The declarative case catalogue (``fixtures/catalogue.toml``): loading, validation, inputs.
+
+A case is data: an id, the operation, the reason it exists, flags (Wycheproof style), how each
+input is made, scalar options and, optionally, tolerance overrides. Tolerances otherwise come from
+the catalogue's ``[tolerances]`` table, one justified entry per operation output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import reference
+from attention_ports import ops
+
+CATALOGUE_FORMAT = 1
+CASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]*$")
+KNOWN_FLAGS = {
+    "seed",  # reproduces a seed document's own example
+    "published",  # the seed published numbers for it; a test asserts them
+    "random",  # seeded random inputs
+    "edge",  # a boundary of the definition (L=1, d=1, single column, all masked)
+    "stability",  # only a numerically careful implementation survives (large logits)
+    "ties",  # equal scores: the weights must split exactly evenly
+    "mask",  # exercises masking
+    "nan",  # the expected output holds NaN by definition
+    "non_square",  # n_q != n_k or d_k != d_v: catches transposes and swapped axes
+    "bias",  # optional biases present
+    "large",  # L >= 128 or d >= 64
+    "training",  # classifier forward/backward/SGD
+}
+
+
+class CatalogueError(ValueError):
+    """The catalogue file is malformed; the message names the case and the field."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    id: str
+    op: str
+    reason: str
+    flags: tuple[str, ...]
+    inputs: dict[str, dict[str, Any]]
+    options: dict[str, Any]
+    tolerances: dict[str, Tolerance]  # per expected output, resolved
+    seed: int = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    path: Path
+    seed: int
+    cases: tuple[CaseSpec, ...]
+    sha256: str
+
+
+def _case_seed(global_seed: int, case_id: str) -> int:
+    # Per-case seeds derived from the id: adding or reordering cases never changes another's inputs.
+    digest = hashlib.sha256(f"{global_seed}:{case_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def load_catalogue(path: Path) -> Catalogue:
+    raw_bytes = path.read_bytes()
+    try:
+        raw = tomllib.loads(raw_bytes.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise CatalogueError(f"{path}: not valid TOML: {exc}") from exc
+    if raw.get("format_version") != CATALOGUE_FORMAT:
+        raise CatalogueError(f"{path}: format_version must be {CATALOGUE_FORMAT}, got {raw.get('format_version')!r}")
+    seed = raw.get("seed")
+    if not isinstance(seed, int):
+        raise CatalogueError(f"{path}: top-level 'seed' must be an integer")
+    defaults = _parse_tolerance_table(raw.get("tolerances", {}), path)
+    cases = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw.get("case", [])):
+        case = _parse_case(entry, i, defaults, seed, path)
+        if case.id in seen:
+            raise CatalogueError(f"{path}: case id {case.id!r} appears twice")
+        seen.add(case.id)
+        cases.append(case)
+    if not cases:
+        raise CatalogueError(f"{path}: no [[case]] entries")
+    return Catalogue(path=path, seed=seed, cases=tuple(cases), sha256=hashlib.sha256(raw_bytes).hexdigest())
+
+
+def _parse_tolerance_table(table: dict[str, Any], path: Path) -> dict[tuple[str, str], Tolerance]:
+    out: dict[tuple[str, str], Tolerance] = {}
+    for op_name, per_output in table.items():
+        spec = ops.OPS.get(op_name)
+        if spec is None:
+            raise CatalogueError(f"{path}: [tolerances.{op_name}] names an unknown operation")
+        for output, tol in per_output.items():
+            if output not in spec.outputs and not output.endswith("*"):
+                raise CatalogueError(f"{path}: [tolerances.{op_name}] names unknown output {output!r}")
+            out[(op_name, output)] = _tolerance(tol, f"{path}: [tolerances.{op_name}.{output}]")
+    return out
+
+
+def _tolerance(tol: Any, where: str) -> Tolerance:
+    if not isinstance(tol, dict) or set(tol) != {"rtol", "atol"}:
+        raise CatalogueError(f"{where}: expected {{rtol = ..., atol = ...}}, got {tol!r}")
+    if not all(isinstance(v, (int, float)) and 0 <= v < 1 for v in tol.values()):
+        raise CatalogueError(f"{where}: tolerances must be numbers in [0, 1), got {tol!r}")
+    return Tolerance(float(tol["rtol"]), float(tol["atol"]))
+
+
+def _lookup_default(defaults: dict[tuple[str, str], Tolerance], op: str, output: str) -> Tolerance | None:
+    if (op, output) in defaults:
+        return defaults[(op, output)]
+    for (op_name, pattern), tol in defaults.items():
+        if op_name == op and pattern.endswith("*") and output.startswith(pattern[:-1]):
+            return tol
+    return None
+
+
+def _parse_case(entry: dict[str, Any], index: int, defaults, seed: int, path: Path) -> CaseSpec:
+    where = f"{path}: case #{index + 1}"
+    case_id = entry.get("id")
+    if not isinstance(case_id, str) or not CASE_ID.match(case_id):
+        raise CatalogueError(f"{where}: 'id' must match {CASE_ID.pattern}, got {case_id!r}")
+    where = f"{path}: case {case_id!r}"
+    unknown = set(entry) - {"id", "op", "reason", "flags", "inputs", "options", "tolerances"}
+    if unknown:
+        raise CatalogueError(f"{where}: unknown fields {sorted(unknown)}")
+    op = entry.get("op")
+    if op not in ops.OPS:
+        raise CatalogueError(f"{where}: unknown op {op!r}; known: {', '.join(ops.OPS)}")
+    spec = ops.OPS[op]
+    reason = entry.get("reason")
+    if not isinstance(reason, str) or len(reason) < 10:
+        raise CatalogueError(f"{where}: every case needs a 'reason' saying why it exists")
+    flags = tuple(entry.get("flags", ()))
+    bad_flags = set(flags) - KNOWN_FLAGS
+    if bad_flags:
+        raise CatalogueError(f"{where}: unknown flags {sorted(bad_flags)}; known: {sorted(KNOWN_FLAGS)}")
+    inputs = entry.get("inputs", {})
+    allowed = set(spec.args) | set(spec.kwargs) | {f"{g}.{m}" for g, ms in spec.groups.items() for m in ms}
+    missing = [a for a in spec.args if a not in inputs]
+    if missing:
+        raise CatalogueError(f"{where}: {op} needs inputs {missing}")
+    extra = set(inputs) - allowed
+    if extra:
+        raise CatalogueError(f"{where}: {op} takes no inputs {sorted(extra)}")
+    options = dict(entry.get("options", {}))
+    extra_opts = set(options) - set(spec.options) - set(spec.positional_options)
+    if extra_opts:
+        raise CatalogueError(f"{where}: {op} takes no options {sorted(extra_opts)}")
+    overrides = entry.get("tolerances", {})
+    tolerances: dict[str, Tolerance] = {}
+    for output in spec.outputs:
+        tol = overrides.get(output)
+        resolved = _tolerance(tol, f"{where}: tolerances.{output}") if tol else _lookup_default(defaults, op, output)
+        if resolved is None:
+            raise CatalogueError(f"{where}: no tolerance for output {output!r} (add [tolerances.{op}.{output}])")
+        tolerances[output] = resolved
+    return CaseSpec(
+        id=case_id,
+        op=op,
+        reason=reason,
+        flags=flags,
+        inputs=inputs,
+        options=options,
+        tolerances=tolerances,
+        seed=_case_seed(seed, case_id),
+    )
+
+
+def build_inputs(case: CaseSpec) -> dict[str, np.ndarray]:
+    """Materialise the case's inputs, in declaration order, from its own random stream."""
+    rng = np.random.default_rng(case.seed)
+    out = {}
+    for name, how in case.inputs.items():
+        try:
+            out[name] = _build_one(how, rng)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CatalogueError(f"case {case.id!r}: input {name!r} ({how!r}): {exc}") from exc
+    return out
+
+
+def _build_one(how: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
+    dtype = how.get("dtype", "float64")
+    if "literal" in how:
+        arr = np.array(how["literal"], dtype=dtype)
+    elif "normal" in how:
+        arr = rng.standard_normal(tuple(how["normal"])) * how.get("scale", 1.0)
+    elif "uniform" in how:
+        arr = rng.uniform(how.get("low", 0.0), how.get("high", 1.0), tuple(how["uniform"]))
+    elif "constant" in how:
+        arr = np.full(tuple(how["constant"]), float(how["value"]))
+    elif "causal" in how:
+        arr = reference.causal_mask(*how["causal"])
+    elif "padding" in how:
+        arr = reference.key_padding_mask(*how["padding"], valid=how["valid"])
+    else:
+        raise ValueError("expected one of literal, normal, uniform, constant, causal, padding")
+    if "tile" in how:
+        arr = np.tile(arr, tuple(how["tile"]))
+    if how.get("packed_heads"):
+        arr = reference.heads_to_packed(arr)
+    if "dead_rows" in how:  # mask rows that remove every key
+        arr = arr.copy()
+        arr[list(how["dead_rows"])] = False if arr.dtype == bool else -np.inf
+    if how.get("form") == "additive":
+        arr = reference.as_additive_mask(arr, arr.shape)
+    return np.ascontiguousarray(arr)

@@ -1,0 +1,99 @@
+"""PyTorch as an independent oracle, in float64.
+
+Attention goes through torch's own kernels, not a transcription of the reference:
+``F.scaled_dot_product_attention`` (its ``scale`` and ``attn_mask``) and ``nn.MultiheadAttention``
+loaded with the case's weights. SDPA does not return its weights, so they are obtained from the
+same kernel by attending over an identity value matrix (``weights @ I = weights``), which keeps
+torch's own masking semantics, fully masked rows included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from attention_ports.impl import Arrays, Implementation, ImplementationUnavailable, OperationMissing
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError as exc:  # torch is an optional extra for users
+    raise ImplementationUnavailable(f"torch is not installed ({exc}); pip install 'attention-ports[torch]'") from exc
+
+
+def _t(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64))
+
+
+def _mask(mask: np.ndarray | None) -> torch.Tensor | None:
+    if mask is None:
+        return None
+    return torch.from_numpy(np.ascontiguousarray(mask)) if mask.dtype == bool else _t(mask)
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float | None):
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    eye = torch.eye(k.shape[-2], dtype=torch.float64)
+    weights = F.scaled_dot_product_attention(q, k, eye, attn_mask=mask, scale=scale)
+    return out, weights
+
+
+def _linear(x: torch.Tensor, w: np.ndarray, b: np.ndarray | None) -> torch.Tensor:
+    # The reference's x @ W is torch's linear with weight W^T.
+    return F.linear(x, _t(w).T, None if b is None else _t(b))
+
+
+class TorchImplementation(Implementation):
+    name = "torch"
+
+    def describe(self) -> str:
+        return f"torch {torch.__version__} (float64, CPU)"
+
+    def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
+        handler = getattr(self, f"_op_{op}", None)
+        if handler is None:
+            raise OperationMissing(f"{op} is not defined in the torch implementation")
+        with torch.no_grad():
+            out = handler(inputs, options)
+        return {k: v.detach().numpy().copy() if isinstance(v, torch.Tensor) else np.asarray(v) for k, v in out.items()}
+
+    def _op_softmax(self, inputs, options):
+        return {"y": torch.softmax(_t(inputs["x"]), dim=-1)}
+
+    def _op_scaled_dot_product_attention(self, inputs, options):
+        out, w = _sdpa(_t(inputs["q"]), _t(inputs["k"]), _t(inputs["v"]), _mask(inputs.get("mask")), options.get("scale"))
+        return {"output": out, "weights": w}
+
+    def _op_self_attention(self, inputs, options):
+        x = _t(inputs["x"])
+        q = _linear(x, inputs["w_q"], inputs.get("b_q"))
+        k = _linear(x, inputs["w_k"], inputs.get("b_k"))
+        v = _linear(x, inputs["w_v"], inputs.get("b_v"))
+        out, w = _sdpa(q, k, v, _mask(inputs.get("mask")), options.get("scale"))
+        return {"q": q, "k": k, "v": v, "weights": w, "output": out}
+
+    def _op_multi_head_attention(self, inputs, options):
+        d = inputs["w_q"].shape[0]
+        has_bias = any(f"b_{n}" in inputs for n in "qkvo")
+        mha = torch.nn.MultiheadAttention(d, int(options["num_heads"]), bias=has_bias, batch_first=True, dtype=torch.float64)
+        zeros = np.zeros(d)
+        mha.in_proj_weight.copy_(torch.cat([_t(inputs[f"w_{n}"]).T for n in "qkv"]))
+        mha.out_proj.weight.copy_(_t(inputs["w_o"]).T)
+        if has_bias:
+            mha.in_proj_bias.copy_(torch.cat([_t(inputs.get(f"b_{n}", zeros)) for n in "qkv"]))
+            mha.out_proj.bias.copy_(_t(inputs.get("b_o", zeros)))
+        mask = inputs.get("mask")
+        # nn.MultiheadAttention's boolean masks mean True = *blocked*, the opposite of SDPA's;
+        # an additive float mask means the same thing to both, so always pass that.
+        attn_mask = None if mask is None else _t(np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask)
+        out, w = mha(
+            _t(inputs["query"])[None],
+            _t(inputs["key"])[None],
+            _t(inputs["value"])[None],
+            attn_mask=attn_mask,
+            need_weights=True,
+            average_attn_weights=False,
+        )
+        return {"output": out[0], "weights": w[0]}
