@@ -75,7 +75,7 @@ def compare(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float) 
         return Comparison(False, rtol, atol, expected.shape, actual.shape, total=expected.size)
     nan_e, nan_a = np.isnan(expected), np.isnan(actual)
     both_nan = nan_e & nan_a
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         diff = np.abs(actual - expected)
         same_inf = np.isinf(expected) & (actual == expected)
         diff = np.where(both_nan | same_inf, 0.0, diff)

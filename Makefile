@@ -1,0 +1,32 @@
+# The two README commands: `make verify` (the main job) and `make test` (the test suite).
+# Both run the same idempotent set-up first, so each works on a fresh machine by itself.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup verify test native-tests lint fixtures check-fixtures bench
+
+setup:
+	@bash scripts/setup.sh
+
+verify: setup
+	$(VENV)/bin/attention-ports verify
+
+test: setup
+	$(PY) -m pytest
+	@bash scripts/native_tests.sh
+	$(VENV)/bin/ruff check .
+
+native-tests: setup
+	@bash scripts/native_tests.sh
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+fixtures: setup
+	$(VENV)/bin/attention-ports generate
+
+check-fixtures: setup
+	$(VENV)/bin/attention-ports check-fixtures
+
+bench: setup
+	$(VENV)/bin/attention-ports bench

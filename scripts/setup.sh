@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One idempotent set-up step for everything: a virtual environment with the package and its dev
+# tools, PyTorch (the independent oracle), R with rpy2, and Julia. Both README commands call it.
+#
+# Environment: PYTHON (interpreter for the venv, default python3), VENV (default .venv),
+# ATTENTION_PORTS_TORCH (torch requirement, default torch==2.13.0: the CPU build this machine's
+# package index serves from local disk; any other version pulls gigabytes).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PYTHON="${PYTHON:-python3}"
+VENV="${VENV:-.venv}"
+TORCH_REQ="${ATTENTION_PORTS_TORCH:-torch==2.13.0}"
+say() { echo "setup: $*" >&2; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+    say "creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+VPY="$ROOT/$VENV/bin/python"
+
+# Re-install the package only when its metadata changed (pip on an editable install costs ~5 s).
+stamp="$VENV/.attention-ports-installed"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    say "installing attention-ports (editable) with dev tools"
+    "$VPY" -m pip install -q --disable-pip-version-check -e '.[dev]'
+    echo "$want" >"$stamp"
+fi
+
+if ! "$VPY" -c 'import torch' 2>/dev/null; then
+    say "installing $TORCH_REQ (CPU)"
+    "$VPY" -m pip install -q --disable-pip-version-check "$TORCH_REQ"
+fi
+
+say "R and rpy2"
+bash scripts/install_r.sh "$VPY" >&2
+
+say "Julia"
+bash scripts/install_julia.sh >&2
+
+say "ready: $("$VPY" -c 'import numpy, torch, rpy2; print("numpy", numpy.__version__, "| torch", torch.__version__, "| rpy2", rpy2.__version__)')"

@@ -1,0 +1,85 @@
+"""The attention-ports command line: exit codes, the table, the JSON report, generation."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attention_ports import cli
+from attention_ports.fixtures import REPO_FIXTURES
+
+
+def test_verify_reference_passes_and_writes_the_json_report(tmp_path: Path, capsys) -> None:
+    report = tmp_path / "report.json"
+    code = cli.main(["verify", "--impl", "reference", "--case", "seed*", "--json", str(report)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.splitlines()[0].split() == ["case", "reference"]
+    assert "seed000_four_words" in out and "reference: 6 pass" in out
+    doc = json.loads(report.read_text())
+    assert doc["version"] == 1
+    row = doc["results"][0]
+    assert set(row) == {"impl", "case", "output", "status", "max_abs_err", "max_rel_err", "rtol", "atol", "message"}
+    assert {r["case"] for r in doc["results"]} == {
+        "seed000_four_words",
+        "seed004_illustrated_unscaled",
+        "seed002_masked_softmax",
+        "seed002_decoder_shape",
+        "seed002_encoder_shape",
+        "seed001_mha_5tok_d16_h4",
+    }
+    assert doc["summary"]["ok"] is True and doc["summary"]["implementations"]["reference"] == {"pass": 6}
+
+
+def test_verify_exit_code_is_1_when_a_case_fails(tmp_path: Path, capsys) -> None:
+    fixtures = tmp_path / "fx"
+    shutil.copytree(REPO_FIXTURES, fixtures)
+    # Re-point a case's expected output at another case's array of the same shape and dtype: the
+    # reference now disagrees with the fixture, and the report must say where.
+    manifest = json.loads((fixtures / "manifest.json").read_text())
+    cases = {c["id"]: c for c in manifest["cases"]}
+    cases["sdpa_causal_bool"]["expected"]["output"] = cases["sdpa_causal_additive"]["expected"]["output"]
+    (fixtures / "manifest.json").write_text(json.dumps(manifest))
+    code = cli.main(["verify", "--impl", "reference", "--dir", str(fixtures), "--case", "sdpa_causal_bool"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "case 'sdpa_causal_bool', output 'output':" in out and "differ beyond rtol=1e-12, atol=1e-13" in out
+    assert "worst at [" in out
+    assert f"repro: attention-ports verify --impl reference --case sdpa_causal_bool --dir {fixtures}" in out
+
+
+def test_unknown_case_glob_is_a_clear_error(capsys) -> None:
+    assert cli.main(["verify", "--impl", "reference", "--case", "no_such_case*"]) == 2
+    assert "no case in" in capsys.readouterr().err
+
+
+def test_port_option_rejects_bad_names_and_missing_files(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["verify", "--port", "torch=x.py"])
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["verify", "--port", f"r={tmp_path / 'missing.R'}"])
+
+
+def test_generate_says_which_files_changed(tmp_path: Path, capsys) -> None:
+    out_dir = tmp_path / "fx"
+    out_dir.mkdir()
+    shutil.copy(REPO_FIXTURES / "catalogue.toml", out_dir / "catalogue.toml")
+    assert cli.main(["generate", "--out", str(out_dir)]) == 0
+    first = capsys.readouterr().out
+    assert f"wrote   {out_dir / 'cases/sdpa_L2_d3/input.q.npy'}" in first
+    assert cli.main(["generate", "--out", str(out_dir)]) == 0
+    second = capsys.readouterr().out
+    assert "wrote   " + str(out_dir / "cases") not in second and "0 removed" in second
+
+
+def test_console_script_entry_point_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "attention_ports.cli", "check-fixtures"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "match their manifest and a fresh generation" in proc.stdout
