@@ -19,7 +19,9 @@ DEFAULT_IMPLS = list(registry.IMPLEMENTATIONS)
 def parse_port(text: str) -> tuple[str, Path]:
     name, sep, path = text.partition("=")
     if not sep or name not in registry.PORTABLE or not path:
-        raise argparse.ArgumentTypeError(f"--port takes NAME=PATH with NAME one of {', '.join(registry.PORTABLE)}; got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--port takes NAME=PATH with NAME one of {', '.join(registry.PORTABLE)}; got {text!r}"
+        )
     p = Path(path).expanduser()
     if not p.is_file():
         raise argparse.ArgumentTypeError(f"--port {name}: no such file: {p}")

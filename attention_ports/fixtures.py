@@ -23,7 +23,7 @@ import numpy as np
 
 import reference
 from attention_ports.builtin import call_reference
-from attention_ports.catalogue import Catalogue, CaseSpec, Tolerance, build_inputs, load_catalogue
+from attention_ports.catalogue import CaseSpec, Catalogue, Tolerance, build_inputs, load_catalogue
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

@@ -52,7 +52,7 @@ class Implementation(abc.ABC):
         """One line for reports: the runtime and where the port came from."""
         return self.name
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional hook: most implementations hold nothing)
         """Release the runtime (worker processes, interpreters); safe to call twice."""
 
     def __enter__(self) -> Implementation:

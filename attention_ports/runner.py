@@ -121,8 +121,17 @@ def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult
         if name not in actual:
             got = ", ".join(sorted(actual)) or "nothing"
             results.append(
-                OutputResult(impl_name, case.id, name, "fail", None, None, tol.rtol, tol.atol,
-                             f"case {case.id!r}, output {name!r}: not returned (returned: {got})")
+                OutputResult(
+                    impl_name,
+                    case.id,
+                    name,
+                    "fail",
+                    None,
+                    None,
+                    tol.rtol,
+                    tol.atol,
+                    f"case {case.id!r}, output {name!r}: not returned (returned: {got})",
+                )
             )
             continue
         cmp = compare(exp.array, actual[name], tol.rtol, tol.atol)
@@ -198,7 +207,9 @@ def run_suite(
             for i, (entry, case) in enumerate(zip(entries, cases, strict=True)):
                 case_id = entry.get("id", "?")
                 start = time.perf_counter()
-                res = CaseResult(name, case_id, entry.get("op", "?"), repro=repro_command(name, case_id, port, fixtures_dir))
+                res = CaseResult(
+                    name, case_id, entry.get("op", "?"), repro=repro_command(name, case_id, port, fixtures_dir)
+                )
                 expected_names = list(entry.get("expected", {})) or ["*"]
                 if isinstance(case, FixtureError):
                     res.outputs = [OutputResult(name, case_id, o, "error", message=str(case)) for o in expected_names]

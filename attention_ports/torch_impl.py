@@ -63,7 +63,9 @@ class TorchImplementation(Implementation):
         return {"y": torch.softmax(_t(inputs["x"]), dim=-1)}
 
     def _op_scaled_dot_product_attention(self, inputs, options):
-        out, w = _sdpa(_t(inputs["q"]), _t(inputs["k"]), _t(inputs["v"]), _mask(inputs.get("mask")), options.get("scale"))
+        out, w = _sdpa(
+            _t(inputs["q"]), _t(inputs["k"]), _t(inputs["v"]), _mask(inputs.get("mask")), options.get("scale")
+        )
         return {"output": out, "weights": w}
 
     def _op_self_attention(self, inputs, options):
@@ -77,7 +79,9 @@ class TorchImplementation(Implementation):
     def _op_multi_head_attention(self, inputs, options):
         d = inputs["w_q"].shape[0]
         has_bias = any(f"b_{n}" in inputs for n in "qkvo")
-        mha = torch.nn.MultiheadAttention(d, int(options["num_heads"]), bias=has_bias, batch_first=True, dtype=torch.float64)
+        mha = torch.nn.MultiheadAttention(
+            d, int(options["num_heads"]), bias=has_bias, batch_first=True, dtype=torch.float64
+        )
         zeros = np.zeros(d)
         mha.in_proj_weight.copy_(torch.cat([_t(inputs[f"w_{n}"]).T for n in "qkv"]))
         mha.out_proj.weight.copy_(_t(inputs["w_o"]).T)

@@ -105,8 +105,7 @@ def _project(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, name: str) -> n
     check_finite(w, f"w_{name}")
     if w.shape[0] != x.shape[1]:
         raise ValueError(
-            f"w_{name} must be (d_in x d_out) with d_in = x's feature size; "
-            f"got x {x.shape}, w_{name} {w.shape}"
+            f"w_{name} must be (d_in x d_out) with d_in = x's feature size; got x {x.shape}, w_{name} {w.shape}"
         )
     out = x @ w
     if b is None:
@@ -175,11 +174,15 @@ def multi_head_attention(
             f"same n_k; got query {query.shape}, key {key.shape}, value {value.shape}"
         )
     if isinstance(num_heads, bool) or int(num_heads) != num_heads or num_heads < 1 or d_model % num_heads:
-        raise ValueError(f"multi_head_attention: num_heads={num_heads!r} must be a positive divisor of d_model={d_model}")
+        raise ValueError(
+            f"multi_head_attention: num_heads={num_heads!r} must be a positive divisor of d_model={d_model}"
+        )
     num_heads = int(num_heads)
     for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):
         if np.shape(w) != (d_model, d_model):
-            raise ValueError(f"multi_head_attention: {name} must be (d_model x d_model) = ({d_model}, {d_model}); got {np.shape(w)}")
+            raise ValueError(
+                f"multi_head_attention: {name} must be (d_model x d_model) = ({d_model}, {d_model}); got {np.shape(w)}"
+            )
     d_head = d_model // num_heads
 
     q = _project(query, w_q, b_q, "q")  # (n_q, d_model)

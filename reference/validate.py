@@ -15,4 +15,6 @@ def as_float_matrix(a: object, name: str) -> np.ndarray:
 def check_finite(arr: np.ndarray, name: str) -> None:
     if not np.all(np.isfinite(arr)):
         bad = np.argwhere(~np.isfinite(arr))[0]
-        raise ValueError(f"{name} (shape {arr.shape}) must be finite; found {arr[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
+        raise ValueError(
+            f"{name} (shape {arr.shape}) must be finite; found {arr[tuple(bad)]} at index {tuple(int(i) for i in bad)}"
+        )

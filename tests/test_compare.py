@@ -15,10 +15,10 @@ def test_equal_arrays_pass_with_zero_error() -> None:
 
 def test_rule_is_atol_plus_rtol_times_expected() -> None:
     e = np.array([1.0, 100.0])
-    assert compare(e, e + [1.5e-12, 0], rtol=1e-12, atol=1e-12).ok  # 1.5e-12 <= 1e-12 + 1e-12
-    assert not compare(e, e + [2.5e-12, 0], rtol=1e-12, atol=1e-12).ok
-    assert compare(e, e + [0, 0.9e-10], rtol=1e-12, atol=0).ok  # 0.9e-10 <= 1e-12 * 100
-    assert not compare(e, e + [0, 1e-9], rtol=1e-12, atol=0).ok
+    assert compare(e, e + np.array([1.5e-12, 0]), rtol=1e-12, atol=1e-12).ok  # 1.5e-12 <= 1e-12 + 1e-12
+    assert not compare(e, e + np.array([2.5e-12, 0]), rtol=1e-12, atol=1e-12).ok
+    assert compare(e, e + np.array([0, 0.9e-10]), rtol=1e-12, atol=0).ok  # 0.9e-10 <= 1e-12 * 100
+    assert not compare(e, e + np.array([0, 1e-9]), rtol=1e-12, atol=0).ok
 
 
 def test_message_names_case_output_count_worst_element_and_errors() -> None:
@@ -31,7 +31,9 @@ def test_message_names_case_output_count_worst_element_and_errors() -> None:
     assert not c.ok and c.mismatches == 2
     msg = c.describe("sdpa_L2_d3", "weights")
     lines = msg.splitlines()
-    assert lines[0] == "case 'sdpa_L2_d3', output 'weights': 2 of 12 elements (16.7%) differ beyond rtol=1e-12, atol=1e-13"
+    assert (
+        lines[0] == "case 'sdpa_L2_d3', output 'weights': 2 of 12 elements (16.7%) differ beyond rtol=1e-12, atol=1e-13"
+    )
     # Ranked by excess over each element's own bound: 0.5 / 2.1e-12 beats 1e-9 / 1e-13.
     assert lines[1] == "  worst at [1, 2]: expected 2.0, actual 2.5 (abs err 0.5, rel err 0.25)"
     assert lines[2] == "  max abs err 0.5, max rel err inf"
@@ -66,7 +68,10 @@ def test_infinities_must_match_exactly() -> None:
 def test_shape_mismatch_is_reported_with_both_shapes() -> None:
     c = compare(np.zeros((4, 3)), np.zeros((3, 4)), rtol=1e-12, atol=0)
     assert not c.ok
-    assert c.describe("case_x", "output") == "case 'case_x', output 'output': shape mismatch: expected (4, 3), actual (3, 4)"
+    assert (
+        c.describe("case_x", "output")
+        == "case 'case_x', output 'output': shape mismatch: expected (4, 3), actual (3, 4)"
+    )
 
 
 def test_many_nan_positions_are_elided() -> None:

@@ -108,7 +108,7 @@ def test_arrays_are_loaded_without_pickles(tmp_path: Path) -> None:
     import hashlib
 
     meta = {"file": "obj.npy", "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "dtype": "object", "shape": [1]}
-    with pytest.raises(FixtureError, match="not a readable .npy file"):
+    with pytest.raises(FixtureError, match=r"not a readable \.npy file"):
         load_array(tmp_path, meta)
 
 
@@ -116,7 +116,7 @@ def test_missing_manifest_and_bad_json_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(FixtureError, match="no manifest"):
         read_manifest(tmp_path)
     (tmp_path / "manifest.json").write_text("{not json")
-    with pytest.raises(FixtureError, match="manifest.json: not valid JSON"):
+    with pytest.raises(FixtureError, match=r"manifest\.json: not valid JSON"):
         read_manifest(tmp_path)
 
 
@@ -126,8 +126,14 @@ def test_missing_manifest_and_bad_json_are_clear_errors(tmp_path: Path) -> None:
         (lambda s: s.replace('op = "softmax"', 'op = "sofmax"', 1), "unknown op 'sofmax'"),
         (lambda s: s.replace('id = "sdpa_L2_d3"', 'id = "sdpa_L1_d1"'), "case id 'sdpa_L1_d1' appears twice"),
         (lambda s: s.replace('flags = ["random", "stability"]', 'flags = ["shiny"]', 1), "unknown flags \\['shiny'\\]"),
-        (lambda s: s.replace('reason = "Plain rows', 'reason = "x"\nnote = "Plain rows', 1), "every case needs a 'reason'|unknown fields"),
-        (lambda s: s.replace("[tolerances.softmax]\ny = {rtol = 1e-12, atol = 1e-15}", ""), "no tolerance for output 'y'"),
+        (
+            lambda s: s.replace('reason = "Plain rows', 'reason = "x"\nnote = "Plain rows', 1),
+            "every case needs a 'reason'|unknown fields",
+        ),
+        (
+            lambda s: s.replace("[tolerances.softmax]\ny = {rtol = 1e-12, atol = 1e-15}", ""),
+            "no tolerance for output 'y'",
+        ),
         (lambda s: s.replace("format_version = 1", "format_version = 2"), "format_version must be 1"),
     ],
 )

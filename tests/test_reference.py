@@ -62,7 +62,11 @@ def test_seed004_projections_scores_and_softmax() -> None:
     np.testing.assert_array_equal(res.v, [[1, 2, 3], [2, 8, 0], [2, 6, 3]])
     np.testing.assert_array_equal(res.q @ res.k.T, [[2, 4, 4], [4, 16, 12], [4, 12, 10]])
     printed = np.array(
-        [[6.3379e-02, 4.6831e-01, 4.6831e-01], [6.0337e-06, 9.8201e-01, 1.7986e-02], [2.9539e-04, 8.8054e-01, 1.1917e-01]]
+        [
+            [6.3379e-02, 4.6831e-01, 4.6831e-01],
+            [6.0337e-06, 9.8201e-01, 1.7986e-02],
+            [2.9539e-04, 8.8054e-01, 1.1917e-01],
+        ]
     )
     # torch printed 5 significant digits: rounded alike, ours are exactly the printed values.
     np.testing.assert_array_equal(to_significant(res.weights, 5), printed)
@@ -129,7 +133,9 @@ def test_seed002_naive_softmax_overflows_where_ours_does_not() -> None:
     with np.errstate(over="ignore", invalid="ignore"):
         naive = np.exp(big) / np.exp(big).sum(axis=-1, keepdims=True)
     assert np.isnan(naive).any()
-    np.testing.assert_allclose(ref.softmax(big), [[1 / (1 + np.exp(-1)), np.exp(-1) / (1 + np.exp(-1)), 0.0]], rtol=1e-15)
+    np.testing.assert_allclose(
+        ref.softmax(big), [[1 / (1 + np.exp(-1)), np.exp(-1) / (1 + np.exp(-1)), 0.0]], rtol=1e-15
+    )
 
 
 # ----------------------------------------------------------------------------- seed 001 (multi-head)
@@ -245,14 +251,42 @@ def test_attention_output_is_convex_combination_of_values(nq: int, nk: int, dk: 
 @pytest.mark.parametrize(
     ("call", "pattern"),
     [
-        (lambda: ref.scaled_dot_product_attention(np.ones((2, 3)), np.ones((2, 4)), np.ones((2, 1))), r"d_k.*q \(2, 3\), k \(2, 4\)"),
-        (lambda: ref.scaled_dot_product_attention(np.ones((2, 3)), np.ones((2, 3)), np.ones((3, 1))), r"n_k.*v \(3, 1\)"),
-        (lambda: ref.scaled_dot_product_attention(np.ones(3), np.ones((2, 3)), np.ones((2, 1))), r"q must be a 2-D.*\(3,\)"),
-        (lambda: ref.scaled_dot_product_attention(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)), mask=np.ones((3, 2), bool)), r"mask must have shape.*\(2, 2\).*\(3, 2\)"),
-        (lambda: ref.scaled_dot_product_attention(np.full((1, 1), np.nan), np.ones((1, 1)), np.ones((1, 1))), r"q \(shape \(1, 1\)\) must be finite"),
-        (lambda: ref.self_attention(np.ones((2, 3)), np.ones((4, 3)), np.ones((3, 3)), np.ones((3, 3))), r"w_q must be \(d_in x d_out\).*x \(2, 3\), w_q \(4, 3\)"),
-        (lambda: ref.self_attention(np.ones((2, 3)), np.ones((3, 3)), np.ones((3, 3)), np.ones((3, 3)), b_q=np.ones(2)), r"b_q must be a vector of length 3"),
-        (lambda: ref.multi_head_attention(*(np.ones((2, 6)),) * 3, *(np.ones((6, 6)),) * 4, num_heads=4), r"num_heads=4 must be a positive divisor of d_model=6"),
+        (
+            lambda: ref.scaled_dot_product_attention(np.ones((2, 3)), np.ones((2, 4)), np.ones((2, 1))),
+            r"d_k.*q \(2, 3\), k \(2, 4\)",
+        ),
+        (
+            lambda: ref.scaled_dot_product_attention(np.ones((2, 3)), np.ones((2, 3)), np.ones((3, 1))),
+            r"n_k.*v \(3, 1\)",
+        ),
+        (
+            lambda: ref.scaled_dot_product_attention(np.ones(3), np.ones((2, 3)), np.ones((2, 1))),
+            r"q must be a 2-D.*\(3,\)",
+        ),
+        (
+            lambda: ref.scaled_dot_product_attention(
+                np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)), mask=np.ones((3, 2), bool)
+            ),
+            r"mask must have shape.*\(2, 2\).*\(3, 2\)",
+        ),
+        (
+            lambda: ref.scaled_dot_product_attention(np.full((1, 1), np.nan), np.ones((1, 1)), np.ones((1, 1))),
+            r"q \(shape \(1, 1\)\) must be finite",
+        ),
+        (
+            lambda: ref.self_attention(np.ones((2, 3)), np.ones((4, 3)), np.ones((3, 3)), np.ones((3, 3))),
+            r"w_q must be \(d_in x d_out\).*x \(2, 3\), w_q \(4, 3\)",
+        ),
+        (
+            lambda: ref.self_attention(
+                np.ones((2, 3)), np.ones((3, 3)), np.ones((3, 3)), np.ones((3, 3)), b_q=np.ones(2)
+            ),
+            r"b_q must be a vector of length 3",
+        ),
+        (
+            lambda: ref.multi_head_attention(*(np.ones((2, 6)),) * 3, *(np.ones((6, 6)),) * 4, num_heads=4),
+            r"num_heads=4 must be a positive divisor of d_model=6",
+        ),
         (lambda: ref.softmax(np.array([[np.inf, 0.0]])), r"x \(shape \(1, 2\)\) contains NaN or \+inf"),
         (lambda: ref.heads_to_packed(np.ones((4, 4))), r"expected \(h, d_model, d_head\), got shape \(4, 4\)"),
     ],
