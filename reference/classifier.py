@@ -117,7 +117,7 @@ def _check_params(params: object, name: str = "params") -> tuple[dict[str, np.nd
 
 def _check_index(value: object, name: str, upper: int | None = None, lower: int = 0) -> int:
     """An integer (or an integral float, as arrays from fixtures carry them) in [lower, upper)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, numbers.Real)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be an integer; got {value!r}")
     as_float = float(value)
     if not np.isfinite(as_float) or as_float != int(as_float):
@@ -314,6 +314,13 @@ def classifier_step(
     return ClassifierStep(loss=loss, probs=fw.probs, grads=grads, params=_sgd(p, grads, lr, frozen_set))
 
 
+def _diverged(epoch: int, i: int, x_emb: np.ndarray, lr: float) -> ValueError:
+    return ValueError(
+        f"training diverged (non-finite scores, loss or parameters) in epoch {epoch + 1} at trained "
+        f"sentence {i} (n = {x_emb.shape[0]}); lr = {lr} is too large"
+    )
+
+
 def _train(
     sentences: Sequence[tuple[np.ndarray, int]],
     p: dict[str, np.ndarray],
@@ -327,10 +334,16 @@ def _train(
     losses = np.empty(epochs)
     for epoch in range(epochs):
         total = 0.0
-        for x_emb, label in trained:
-            loss, _, grads = _loss_and_grads(x_emb, label, p)
+        for i, (x_emb, label) in enumerate(trained):
+            with np.errstate(over="ignore", invalid="ignore"):
+                try:
+                    loss, _, grads = _loss_and_grads(x_emb, label, p)
+                except ValueError as exc:  # the inputs were checked: only an overflow gets here
+                    raise _diverged(epoch, i, x_emb, lr) from exc
+                p = _sgd(p, grads, lr, frozen)
+            if not (np.isfinite(loss) and all(np.all(np.isfinite(a)) for a in p.values())):
+                raise _diverged(epoch, i, x_emb, lr)
             total += loss  # in dataset order, then divided by the count
-            p = _sgd(p, grads, lr, frozen)
         losses[epoch] = total / len(trained)
     return ClassifierTraining(epoch_losses=losses, params={name: p[name].copy() for name in PARAM_NAMES})
 
