@@ -7,6 +7,7 @@ the catalogue's ``[tolerances]`` table, one justified entry per operation output
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ import numpy as np
 import tomllib
 
 import reference
+from reference import sentiment
 from attention_ports import ops
 
 CATALOGUE_FORMAT = 1
@@ -192,6 +194,25 @@ def build_inputs(case: CaseSpec) -> dict[str, np.ndarray]:
     return out
 
 
+@functools.cache
+def _sentiment_rows() -> tuple[tuple[np.ndarray, int], ...]:
+    # Every row of the data file, empty sentences included (ports must skip those themselves).
+    table = sentiment.default_embedding_table()
+    return tuple((sentiment.embed(text, table)[0], sentiment.LABEL_INDEX[label]) for label, text in sentiment.read_sentiment_csv())
+
+
+def _sentence(row: int) -> np.ndarray:
+    rows = _sentiment_rows()
+    if not 0 <= row < len(rows):
+        raise ValueError(f"sentence {row} is not a row of the sentiment data (0..{len(rows) - 1})")
+    return rows[row][0]
+
+
+def _sentiment_dataset() -> dict[str, np.ndarray]:
+    tokens, lengths, labels = reference.pack_dataset(_sentiment_rows())
+    return {"tokens": tokens, "lengths": lengths, "labels": labels}
+
+
 def _build_one(how: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
     dtype = how.get("dtype", "float64")
     if "literal" in how:
@@ -206,8 +227,17 @@ def _build_one(how: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
         arr = reference.causal_mask(*how["causal"])
     elif "padding" in how:
         arr = reference.key_padding_mask(*how["padding"], valid=how["valid"])
+    elif "sentence" in how:
+        arr = _sentence(int(how["sentence"]))
+    elif "sentiment_dataset" in how:
+        arr = _sentiment_dataset()[how["sentiment_dataset"]]
+    elif "classifier_init" in how:
+        arr = reference.init_classifier_params(int(how["e"]), seed=int(how["seed"]))[how["classifier_init"]]
     else:
-        raise ValueError("expected one of literal, normal, uniform, constant, causal, padding")
+        raise ValueError(
+            "expected one of literal, normal, uniform, constant, causal, padding, sentence, sentiment_dataset, "
+            "classifier_init"
+        )
     if "tile" in how:
         arr = np.tile(arr, tuple(how["tile"]))
     if how.get("packed_heads"):
@@ -217,4 +247,4 @@ def _build_one(how: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
         arr[list(how["dead_rows"])] = False if arr.dtype == bool else -np.inf
     if how.get("form") == "additive":
         arr = reference.as_additive_mask(arr, arr.shape)
-    return np.ascontiguousarray(arr)
+    return np.asarray(arr, order="C")

@@ -57,7 +57,7 @@ class Case:
 
 
 def npy_bytes(arr: np.ndarray) -> bytes:
-    arr = np.ascontiguousarray(arr)
+    arr = np.asarray(arr, order="C")  # not ascontiguousarray: it turns 0-D arrays into 1-D
     if arr.dtype.name not in ALLOWED_DTYPES:
         raise FixtureError(f"refusing to store dtype {arr.dtype} (allowed: {sorted(ALLOWED_DTYPES)})")
     buf = io.BytesIO()

@@ -80,7 +80,8 @@ class CaseResult:
         return max(vals) if vals else None
 
     def message(self) -> str:
-        lines = [o.message for o in self.outputs if o.status != "pass" and o.message]
+        # One line per distinct problem: a fixture error or a raised port is the same for every output.
+        lines = list(dict.fromkeys(o.message for o in self.outputs if o.status != "pass" and o.message))
         if self.repro and self.status in FAILING:
             lines.append(f"  repro: {self.repro}")
         return "\n".join(lines)

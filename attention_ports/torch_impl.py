@@ -55,7 +55,7 @@ class TorchImplementation(Implementation):
         handler = getattr(self, f"_op_{op}", None)
         if handler is None:
             raise OperationMissing(f"{op} is not defined in the torch implementation")
-        with torch.no_grad():
+        with torch.enable_grad() if op.startswith("classifier_") else torch.no_grad():
             out = handler(inputs, options)
         return {k: v.detach().numpy().copy() if isinstance(v, torch.Tensor) else np.asarray(v) for k, v in out.items()}
 
@@ -101,3 +101,76 @@ class TorchImplementation(Implementation):
             average_attn_weights=False,
         )
         return {"output": out[0], "weights": w[0]}
+
+
+# ------------------------------------------------------------------ seed 003's classifier
+# The forward is written with torch ops and the gradients come from autograd, so the reference's
+# hand-written backward is checked against an implementation that never derived one.
+_CLF_PARAMS = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_f", "b_f")
+
+
+def _clf_params(inputs: Mapping[str, np.ndarray], grad: bool) -> dict[str, torch.Tensor]:
+    return {n: _t(inputs[f"params.{n}"]).clone().requires_grad_(grad) for n in _CLF_PARAMS}
+
+
+def _clf_forward(x_emb: torch.Tensor, p: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    n = x_emb.shape[0]
+    x = torch.cat([x_emb, torch.arange(n, dtype=torch.float64)[:, None]], dim=1)  # (n, d)
+    q, k, v = (F.linear(x, p[f"w_{s}"].T, p[f"b_{s}"]) for s in "qkv")
+    weights = torch.softmax(q @ k.T / x.shape[1] ** 0.5, dim=-1)  # (n, n)
+    z = weights @ v
+    f = F.linear(z, p["w_f"].T, p["b_f"])  # (n, c)
+    pooled = f.mean(dim=0)
+    return {"x": x, "q": q, "k": k, "v": v, "weights": weights, "z": z, "f": f, "pooled": pooled}
+
+
+def _clf_step(x_emb: np.ndarray, label: int, params: dict[str, torch.Tensor], lr: float, frozen: set[str]):
+    p = {n: t.detach().clone().requires_grad_(True) for n, t in params.items()}
+    fw = _clf_forward(_t(x_emb), p)
+    loss = F.cross_entropy(fw["pooled"][None], torch.tensor([label]))
+    grads = dict(zip(_CLF_PARAMS, torch.autograd.grad(loss, [p[n] for n in _CLF_PARAMS]), strict=True))
+    with torch.no_grad():
+        new = {n: p[n] if n in frozen else p[n] - lr * grads[n] for n in _CLF_PARAMS}
+        probs = torch.softmax(fw["pooled"], dim=0)
+    return loss.detach(), probs, grads, {n: t.detach() for n, t in new.items()}
+
+
+def _op_classifier_forward(self, inputs, options):
+    p = _clf_params(inputs, grad=False)
+    fw = _clf_forward(_t(inputs["x_emb"]), p)
+    return {**fw, "probs": torch.softmax(fw["pooled"], dim=0)}
+
+
+def _op_classifier_step(self, inputs, options):
+    frozen = set(options.get("frozen") or ())
+    loss, probs, grads, new = _clf_step(inputs["x_emb"], int(inputs["label"]), _clf_params(inputs, False), options["lr"], frozen)
+    return {
+        "loss": loss,
+        "probs": probs,
+        **{f"grads.{n}": g for n, g in grads.items()},
+        **{f"params.{n}": t for n, t in new.items()},
+    }
+
+
+def _op_classifier_train(self, inputs, options):
+    frozen = set(options.get("frozen") or ())
+    params = _clf_params(inputs, False)
+    offsets = np.concatenate([[0], np.cumsum(inputs["lengths"])]).astype(int)
+    sentences = [(inputs["tokens"][a:b], int(lab)) for a, b, lab in zip(offsets[:-1], offsets[1:], inputs["labels"], strict=True)]
+    epoch_losses = []
+    for _ in range(int(options["epochs"])):
+        total, count = 0.0, 0
+        for x_emb, label in sentences:
+            if x_emb.shape[0] == 0:  # a sentence with no known words is skipped, as in seed 003
+                continue
+            loss, _, _, params = _clf_step(x_emb, label, params, options["lr"], frozen)
+            total += float(loss)
+            count += 1
+        epoch_losses.append(total / count)
+    return {"epoch_losses": np.array(epoch_losses), **{f"params.{n}": t for n, t in params.items()}}
+
+
+# torch.no_grad() in run() would stop autograd: the classifier ops manage gradients themselves.
+TorchImplementation._op_classifier_forward = _op_classifier_forward
+TorchImplementation._op_classifier_step = _op_classifier_step
+TorchImplementation._op_classifier_train = _op_classifier_train

@@ -36,7 +36,7 @@ def test_message_names_case_output_count_worst_element_and_errors() -> None:
     )
     # Ranked by excess over each element's own bound: 0.5 / 2.1e-12 beats 1e-9 / 1e-13.
     assert lines[1] == "  worst at [1, 2]: expected 2.0, actual 2.5 (abs err 0.5, rel err 0.25)"
-    assert lines[2] == "  max abs err 0.5, max rel err inf"
+    assert lines[2] == "  max abs err 0.5, max rel err 0.25"  # the zero-expected element is not relative
 
 
 def test_worst_element_is_ranked_by_excess_over_its_bound() -> None:
@@ -78,3 +78,13 @@ def test_many_nan_positions_are_elided() -> None:
     e = np.full(8, np.nan)
     c = compare(e, np.zeros(8), rtol=0, atol=0)
     assert "NaN expected but not found at [0], [1], [2], [3], [4] and 3 more" in c.describe("c", "o")
+
+
+def test_max_rel_err_ignores_elements_governed_by_atol() -> None:
+    # A gradient that is zero by symmetry carries only rounding noise: atol judges it, and it must
+    # not turn the reported relative error into inf.
+    expected = np.array([0.0, 1e-18, 2.0])
+    actual = np.array([3e-17, 5e-18, np.nextafter(2.0, 3.0)])  # one ulp above 2: 4.44e-16
+    c = compare(expected, actual, rtol=1e-12, atol=1e-13)
+    assert c.ok
+    assert c.max_abs_err == 2**-51 and c.max_rel_err == 2**-52
