@@ -22,6 +22,7 @@ class Role(Enum):
     VECTOR = "vector"  # 1-D: identical
     SCALAR = "scalar"  # 0-D: identical
     ROWS = "rows"  # a matrix softmax normalises along its last axis: transpose, like TOKENS
+    INDEX = "index"  # integer class indices: 0-based in the reference, 1-based in R and Julia
 
 
 @dataclass(frozen=True)
@@ -128,12 +129,12 @@ _CLASSIFIER_ROLES = {
     "pooled": Role.VECTOR,
     "probs": Role.VECTOR,
     "loss": Role.SCALAR,
-    "label": Role.SCALAR,  # 0-D integer-valued: the 0-based class index
+    "label": Role.INDEX,  # 0-D: the class index (0-based here, 1-based in R and Julia)
     "w_f": Role.WEIGHT,
     "b_f": Role.VECTOR,
     "tokens": Role.TOKENS,  # (N_total, e): every sentence's rows stacked in dataset order
     "lengths": Role.VECTOR,  # integer-valued: rows per sentence (0 = an empty sentence, skipped)
-    "labels": Role.VECTOR,  # integer-valued: 0-based class index per sentence
+    "labels": Role.INDEX,  # the class index of each sentence
     "epoch_losses": Role.VECTOR,
 }
 register(
