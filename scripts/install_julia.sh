@@ -5,8 +5,9 @@
 #   2. Otherwise Debian bullseye's julia 1.5.3 is unpacked project-locally into .local/julia
 #      (repo-relative, gitignored) with `apt-get download` + `dpkg -x`, using a private sources
 #      list and private apt state/cache directories: the system's apt configuration is never
-#      touched and nothing is installed system-wide except, when missing, libmpfr6 and
-#      libgfortran5 from the system's own (bookworm) sources.
+#      touched and nothing is installed system-wide except, when missing, libmpfr6,
+#      libgfortran5, libgmp10 and libpcre2-8-0 from the system's own (bookworm) sources.
+#      bullseye's libunwind8 comes along: bookworm's crashes this julia on any thrown error.
 #   3. A wrapper .local/julia/bin/julia-run sets LD_LIBRARY_PATH to the unpacked libraries and
 #      OPENBLAS_CORETYPE from the CPU flags (unless the user set one), then execs julia.
 #
@@ -22,6 +23,10 @@ CHECK_BLAS=0
 [[ "${1:-}" == "--check-blas" ]] && CHECK_BLAS=1
 
 log() { echo "install_julia: $*" >&2; }
+
+# Smoke test: BLAS, and a thrown error whose backtrace is looked up (exercises libunwind).
+SMOKE='using LinearAlgebra; @assert [1.0 2.0; 3.0 4.0] * [1.0, 1.0] == [3.0, 7.0]
+f() = error("boom"); try f() catch e; @assert occursin("boom", sprint(showerror, e, catch_backtrace())) end'
 
 blas_check() {  # $1 = julia command; compares matmul time with/without the wrapper's core type
     local jl="$1"
@@ -50,7 +55,7 @@ if command -v julia >/dev/null 2>&1; then
 fi
 
 # 2. Already unpacked here?
-if [[ -x "$WRAPPER" ]] && "$WRAPPER" --startup-file=no -e 'exit(0)' >/dev/null 2>&1; then
+if [[ -x "$WRAPPER" ]] && ("$WRAPPER" --startup-file=no -e "$SMOKE") >/dev/null 2>&1; then
     log "already installed in $PREFIX"
     finish "$WRAPPER"
     exit 0
@@ -62,7 +67,7 @@ start=$(date +%s)
 # System libraries julia links or dlopens (libgfortran5 for its OpenBLAS); from the system's own
 # sources, installed only when missing.
 missing=()
-for pkg in libmpfr6 libgfortran5 libgmp10 libpcre2-8-0 libunwind8; do
+for pkg in libmpfr6 libgfortran5 libgmp10 libpcre2-8-0; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
@@ -89,7 +94,10 @@ log "fetching bullseye package lists into $APTDIR"
 apt-get "${APT_OPTS[@]}" update -qq
 
 PACKAGES=(julia libjulia1 julia-common libllvm9 libgit2-1.1 libmbedtls12 libmbedcrypto3 libmbedx509-0
-    libopenlibm3 libdsfmt-19937-1 libutf8proc2 libhttp-parser2.9 libffi7 libz3-4)
+    libopenlibm3 libdsfmt-19937-1 libutf8proc2 libhttp-parser2.9 libffi7 libz3-4
+    # bookworm's libunwind 1.6 segfaults when julia 1.5 unwinds through JIT frames (any throw
+    # whose backtrace is looked up); bullseye's 1.3 is the one this julia was built against.
+    libunwind8)
 log "downloading ${PACKAGES[*]}"
 (cd "$APTDIR/debs" && rm -f ./*.deb && apt-get "${APT_OPTS[@]}" download -qq "${PACKAGES[@]}")
 
@@ -142,8 +150,7 @@ for bin in "$PREFIX/usr/bin/julia" "$LIBDIR/libjulia.so.1"; do
         exit 1
     fi
 done
-"$WRAPPER" --startup-file=no -e 'using LinearAlgebra; @assert [1.0 2.0; 3.0 4.0] * [1.0, 1.0] == [3.0, 7.0]' \
-    || { log "the unpacked julia does not run"; exit 1; }
+"$WRAPPER" --startup-file=no -e "$SMOKE" || { log "the unpacked julia fails its smoke test"; exit 1; }
 log "installed into $PREFIX in $(($(date +%s) - start)) s; OPENBLAS_CORETYPE in the wrapper: $(
     "$WRAPPER" --startup-file=no -e 'print(get(ENV, "OPENBLAS_CORETYPE", "<unset>"))')"
 finish "$WRAPPER"

@@ -1,0 +1,281 @@
+# The Julia side of the port verifier.
+#
+#   julia worker.jl PORT_FILE      serve calls on stdin/stdout (ports/julia_worker.py)
+#   include("worker.jl")           only define JuliaPortWorker (ports/julia_juliacall.py)
+#
+# A port file is included into a fresh anonymous module, so a file that defines only some of the
+# operations is fine: the others are reported missing. Julia 1.5 to 1.11, standard library only.
+#
+# Wire format, little-endian, one request then one reply at a time:
+#   value   := 'N' | 'F' f64 | 'I' i64 | 'B' u8 | 'S' str
+#            | 'A' u8 ndims, ndims x i64 dims, prod(dims) x f64 in column-major order
+#            | 'Z' the same with i64 elements                  (integer arrays: lengths, labels)
+#            | 'T' u32 n, n x (str name, value)                (a group, e.g. params -> NamedTuple)
+#            | 'V' u32 n, n x value                            (a list -> Vector; empty: String[])
+#   str     := u32 nbytes, UTF-8 bytes
+#   request := 'C' str op, u32 npos, npos x value, u32 nkw, nkw x (str name, value)   | 'Q' (quit)
+#   reply   := 'R' u32 n, n x (str name, 'A' array)    results, flattened ("" = a bare array)
+#            | 'M' str message                          the port does not define op
+#            | 'E' str message                          the call threw: message and backtrace
+#   hello   := 'H' str description | 'L' str message   sent once at start-up: loaded / cannot load
+# Every message from the worker (hello or reply) is preceded by its length in bytes as a u64.
+module JuliaPortWorker
+
+const TAG_NOTHING, TAG_F64, TAG_I64, TAG_BOOL, TAG_STR = UInt8('N'), UInt8('F'), UInt8('I'), UInt8('B'), UInt8('S')
+const TAG_ARRAY, TAG_INT_ARRAY, TAG_GROUP, TAG_LIST = UInt8('A'), UInt8('Z'), UInt8('T'), UInt8('V')
+
+# ---------------------------------------------------------------------------------------------
+# Loading a port and calling it: shared by the worker and the juliacall transport.
+
+"""Include `path` into a fresh anonymous module and return the module (throws on load errors)."""
+function load_port(path::AbstractString)
+    mod = Module(:Port)
+    Base.include(mod, String(path))
+    return mod
+end
+
+# The binding is the port's own (defined at its top level or in a module it defines), not one
+# that merely resolves through `using Base`.
+function _owned_by(mod::Module, owner::Module)
+    while true
+        owner === mod && return true
+        parent = parentmodule(owner)
+        parent === owner && return false
+        owner = parent
+    end
+end
+
+"""The port's function called `name`, or `nothing`. Also looks inside a module the file defines."""
+function find_op(mod::Module, name::AbstractString)
+    sym = Symbol(name)
+    if isdefined(mod, sym) && _owned_by(mod, Base.binding_module(mod, sym))
+        return getfield(mod, sym)
+    end
+    for n in names(mod; all = true)
+        sub = isdefined(mod, n) ? getfield(mod, n) : nothing
+        if sub isa Module && sub !== mod && parentmodule(sub) === mod && isdefined(sub, sym) &&
+           _owned_by(mod, Base.binding_module(sub, sym))
+            return getfield(sub, sym)
+        end
+    end
+    return nothing
+end
+
+# Results are flattened to named Float64 arrays: NamedTuples and Dicts by key (nested ones as
+# "outer.inner"), a bare array as "".
+function flatten!(out::Vector{Pair{String,Array{Float64}}}, prefix::String, x)
+    key(k) = isempty(prefix) ? string(k) : string(prefix, ".", k)
+    if x isa NamedTuple
+        for k in keys(x)
+            flatten!(out, key(k), x[k])
+        end
+    elseif x isa AbstractDict
+        for (k, v) in x
+            flatten!(out, key(k), v)
+        end
+    elseif x isa Tuple
+        for (i, v) in enumerate(x)
+            flatten!(out, key(string("#", i)), v)
+        end
+    elseif x isa AbstractArray{<:Real}
+        push!(out, prefix => Array{Float64}(x))
+    elseif x isa Real
+        push!(out, prefix => fill(Float64(x)))
+    else
+        throw(ArgumentError("cannot return a value of type $(typeof(x))" *
+                            (isempty(prefix) ? "" : " as `$prefix`") *
+                            "; return arrays of real numbers in a NamedTuple or a Dict"))
+    end
+    return out
+end
+
+# The exception and its backtrace down to the port's frames: the worker's own frames, from the
+# first whose function name contains one of `stop`, are noise to a port's author.
+function error_message(e, bt; stop = ("invokelatest", "call_op"))
+    frames = stacktrace(bt)
+    cut = findfirst(sf -> any(s -> occursin(s, string(sf.func)), stop), frames)
+    cut === nothing || (frames = frames[1:(cut - 1)])
+    io = IOBuffer()
+    showerror(io, e)
+    if !isempty(frames)
+        print(io, "\nStacktrace:")
+        for (i, sf) in enumerate(frames)
+            print(io, "\n [", i, "] ", sf)
+        end
+    end
+    return String(take!(io))
+end
+
+"""
+    call_op(mod, path, op, args, kwargs) -> (status, message, results)
+
+Call the port's `op` with positional `args` and keyword `kwargs` (pairs Symbol => value).
+`status` is :ok (with flattened `results`), :missing or :error (with `message`).
+"""
+function call_op(mod::Module, path::AbstractString, op::AbstractString, args::Vector{Any},
+                 kwargs::Vector{Pair{Symbol,Any}})
+    results = Pair{String,Array{Float64}}[]
+    f = find_op(mod, op)
+    f === nothing && return (:missing, "$op is not defined in $path", results)
+    try
+        value = Base.invokelatest(f, args...; kwargs...)
+        flatten!(results, "", value)
+        return (:ok, "", results)
+    catch e
+        e isa InterruptException && rethrow()
+        return (:error, error_message(e, catch_backtrace()), results)
+    end
+end
+
+# ---------------------------------------------------------------------------------------------
+# The wire protocol.
+
+_readstr(io::IO) = String(read!(io, Vector{UInt8}(undef, ltoh(read(io, UInt32)))))
+
+function _writestr(io::IO, s::AbstractString)
+    write(io, htol(UInt32(sizeof(s))))
+    write(io, s)
+end
+
+function read_value(io::IO)
+    tag = read(io, UInt8)
+    tag == TAG_NOTHING && return nothing
+    tag == TAG_F64 && return ltoh(read(io, Float64))
+    tag == TAG_I64 && return ltoh(read(io, Int64))
+    tag == TAG_BOOL && return read(io, UInt8) != 0x00
+    tag == TAG_STR && return _readstr(io)
+    if tag == TAG_ARRAY || tag == TAG_INT_ARRAY
+        nd = Int(read(io, UInt8))
+        dims = Int[ltoh(read(io, Int64)) for _ in 1:nd]
+        a = Array{tag == TAG_ARRAY ? Float64 : Int64}(undef, dims...)
+        read!(io, a)                     # column-major: the C-order bytes of the transposed array
+        return a
+    end
+    if tag == TAG_GROUP
+        names, values = Symbol[], Any[]
+        for _ in 1:ltoh(read(io, UInt32))
+            push!(names, Symbol(_readstr(io)))
+            push!(values, read_value(io))
+        end
+        return NamedTuple{Tuple(names)}(Tuple(values))
+    end
+    if tag == TAG_LIST
+        items = Any[read_value(io) for _ in 1:ltoh(read(io, UInt32))]
+        return isempty(items) ? String[] : [x for x in items]   # narrowed: Vector{String}, ...
+    end
+    error("protocol error: unknown value tag $(repr(tag))")
+end
+
+function write_array(io::IO, a::Array{Float64})
+    write(io, TAG_ARRAY, UInt8(ndims(a)))
+    for n in size(a)
+        write(io, htol(Int64(n)))
+    end
+    write(io, a)
+end
+
+function read_request(io::IO)
+    op = _readstr(io)
+    args = Any[read_value(io) for _ in 1:ltoh(read(io, UInt32))]
+    kwargs = Pair{Symbol,Any}[]
+    for _ in 1:ltoh(read(io, UInt32))
+        name = Symbol(_readstr(io))
+        push!(kwargs, name => read_value(io))
+    end
+    return op, args, kwargs
+end
+
+function write_reply(io::IO, status::Symbol, msg::String, results)
+    if status === :ok
+        write(io, UInt8('R'), htol(UInt32(length(results))))
+        for (name, a) in results
+            _writestr(io, name)
+            write_array(io, a)
+        end
+    else
+        write(io, status === :missing ? UInt8('M') : UInt8('E'))
+        _writestr(io, msg)
+    end
+    return io
+end
+
+# One reply, one write: the message was assembled in `buf` after an 8-byte gap (see `start_message`)
+# that now receives its length.
+function send(out::IO, buf::IOBuffer)
+    bytes = take!(buf)
+    n = UInt64(length(bytes) - 8)           # little-endian by construction
+    for i in 1:8
+        bytes[i] = (n >> (8 * (i - 1))) % UInt8
+    end
+    write(out, bytes)
+    flush(out)
+end
+
+start_message(buf::IOBuffer) = (write(buf, zero(UInt64)); buf)
+
+"""Serve requests from stdin until it closes or a 'Q' arrives."""
+function serve(path::AbstractString)
+    input, output = stdin, stdout
+    # A port's println must not corrupt the protocol: `stdout` now means stderr.
+    Core.eval(Base, :(stdout = $stderr))
+    buf = IOBuffer()
+    mod = try
+        load_port(path)
+    catch e
+        write(start_message(buf), UInt8('L'))
+        _writestr(buf, "cannot load $path:\n" * error_message(e, catch_backtrace(); stop = ("include", "load_port")))
+        send(output, buf)
+        return
+    end
+    warm_up()
+    write(start_message(buf), UInt8('H'))
+    _writestr(buf, "Julia $(VERSION), port $path")
+    send(output, buf)
+    while true
+        eof(input) && return
+        kind = read(input, UInt8)
+        kind == UInt8('Q') && return
+        kind == UInt8('C') || error("protocol error: unknown request $(repr(kind))")
+        op, args, kwargs = read_request(input)
+        status, msg, results = call_op(mod, path, op, args, kwargs)
+        status === :error && flush(stderr)   # what the port printed goes out before the reply
+        write_reply(start_message(buf), status, msg, results)
+        send(output, buf)
+    end
+end
+
+# Compile the hot path of the protocol before the first call (no port code runs here). Error
+# reporting and Dict results are left to compile when first needed: they would double this.
+function warm_up()
+    io = IOBuffer()
+    _writestr(io, "op")
+    write(io, htol(UInt32(2)))
+    write_array(io, zeros(2, 3))
+    write(io, TAG_I64, htol(Int64(1)))
+    write(io, htol(UInt32(3)))
+    for (name, tag, v) in (("a", TAG_F64, 1.0), ("b", TAG_BOOL, 0x01))
+        _writestr(io, name)
+        write(io, tag, v)
+    end
+    _writestr(io, "c")
+    write(io, TAG_NOTHING)
+    op, args, kwargs = read_request(seekstart(io))
+    results = flatten!(Pair{String,Array{Float64}}[], "", (x = args[1], y = (z = 1.0,)))
+    write_reply(start_message(IOBuffer()), :ok, "", results)
+    return nothing
+end
+
+# The juliacall transport: the same request and reply bytes, in memory instead of over a pipe.
+function call_bytes(mod::Module, path::AbstractString, request::AbstractVector{UInt8})
+    io = IOBuffer(Vector{UInt8}(request))
+    read(io, UInt8) == UInt8('C') || error("protocol error: not a call request")
+    op, args, kwargs = read_request(io)
+    status, msg, results = call_op(mod, path, op, args, kwargs)
+    return take!(write_reply(IOBuffer(), status, msg, results))
+end
+
+end # module JuliaPortWorker
+
+if abspath(PROGRAM_FILE) == abspath(@__FILE__)
+    JuliaPortWorker.serve(ARGS[1])
+end
