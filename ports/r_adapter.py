@@ -12,7 +12,8 @@ optional arrays and options by name: ``classifier_step(x_emb, label, params = pa
 frozen)``. Scalars: int -> R integer, float -> double, bool -> logical, str -> character, a list of
 str -> a character vector (``character(0)`` when empty). Arrays keep their logical shape (``dim`` =
 numpy shape; 1-D -> plain vector, 0-D -> length-1 vector); integer arrays -> R integer, boolean
-masks -> additive 0/-Inf doubles, other booleans -> logical. Results: a named list, nested lists
+masks -> additive 0/-Inf doubles, other booleans -> logical; arrays whose role is ``Role.INDEX``
+(class labels) travel 1-based, value + 1 (and come back - 1). Results: a named list, nested lists
 flattened to ``"outer.inner"``; a bare array is the single declared output; integer/logical -> float64;
 length-1 results without ``dim`` are 0-D (1-D where the op declares a vector role).
 
@@ -139,7 +140,7 @@ local({
         cnt <- as.integer(header[[h]])
         h <- h + 1L
         if (kind == "c") {
-          v <- strs[seq.int(s, length.out = cnt)]
+          v <- as.character(strs[seq.int(s, length.out = cnt)])  # strs is NULL when no strings: character(0)
           s <- s + cnt
         } else {
           v <- header[seq.int(h, length.out = cnt)]
@@ -422,6 +423,20 @@ class _Call:
         self.entries.append(f"G\tg\t{name}\t")
 
 
+def _index_offset(spec: ops.OpSpec, name: str) -> int:
+    """1 for an array with the INDEX role (class indices: 0-based here, 1-based in R), else 0."""
+    try:
+        return 1 if spec.role(name) is ops.Role.INDEX else 0
+    except KeyError:  # no declared role: passed through as it is
+        return 0
+
+
+def _to_r_values(spec: ops.OpSpec, name: str, arr: Any) -> Any:
+    """An input's values as R sees them: INDEX arrays shifted to 1-based (integers stay integers)."""
+    offset = _index_offset(spec, name)
+    return np.asarray(arr) + offset if offset else arr
+
+
 def _read_values(r: _EmbeddedR, res: Any) -> list[np.ndarray]:
     """The output arrays of a successful call: res = list(text, header, value, value, ...)."""
     header = r.from_r(res[1]).astype(np.int64)
@@ -472,7 +487,7 @@ class RImplementation(Implementation):
         for name in spec.args:
             if name not in inputs:
                 raise KeyError(f"{op}: required input {name!r} is absent")
-            call.array("p", name, inputs[name])
+            call.array("p", name, _to_r_values(spec, name, inputs[name]))
         # Groups travel by name but sit in their natural place, after the required arrays:
         # classifier_step(x_emb, label, params = params, lr, frozen = frozen) matches `params` by
         # name first, then the positional ones in order, whatever the port's formals order.
@@ -481,13 +496,13 @@ class RImplementation(Implementation):
             for member in members:
                 key = f"{group}.{member}"
                 if key in inputs:
-                    call.array("g", group, inputs[key], member)
+                    call.array("g", group, _to_r_values(spec, key, inputs[key]), member)
         for name in spec.positional_options:
             if options.get(name) is not None:
                 call.option("p", name, options[name])
         for name in spec.kwargs:
             if name in inputs:
-                call.array("k", name, inputs[name])
+                call.array("k", name, _to_r_values(spec, name, inputs[name]))
         for name in spec.options:
             if options.get(name) is not None:
                 call.option("k", name, options[name])
@@ -538,6 +553,8 @@ class RImplementation(Implementation):
                 result[name] = arr.reshape(1)
             elif role is ops.Role.SCALAR and arr.size == 1 and arr.ndim > 0:
                 result[name] = arr.reshape(())
+            elif role is ops.Role.INDEX:  # 1-based in R, 0-based here
+                result[name] = result[name] - 1
         missing = [o for o in spec.outputs if o not in result and not any(k.startswith(o + ".") for k in result)]
         if missing:
             raise ImplementationError(

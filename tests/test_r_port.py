@@ -473,3 +473,131 @@ def test_large_arrays(r_port, record_property):
     per_call = (time.perf_counter() - start) / 50
     record_property("r_256x64_sdpa_ms", round(per_call * 1e3, 2))
     print(f"\nr: {per_call * 1e3:.2f} ms per 256x64 scaled_dot_product_attention call")
+
+
+# --------------------------------------------------------------------------------------------
+# seed 003's classifier (ports/r/R/classifier.R): labels are 1-based on the R side
+
+
+def _classifier_cases() -> list[tuple[str, str, dict[str, np.ndarray], dict[str, Any]]]:
+    from reference.classifier import init_classifier_params, pack_dataset
+
+    rng = np.random.default_rng(20250301)
+    e = 3
+
+    def params(scale: float = 0.3) -> dict[str, np.ndarray]:
+        d = e + 1
+        shapes = {"w_q": (d, d), "b_q": (d,), "w_k": (d, d), "b_k": (d,), "w_v": (d, d), "b_v": (d,)}
+        shapes.update({"w_f": (d, 3), "b_f": (3,)})
+        return {f"params.{k}": rng.standard_normal(s) * scale for k, s in shapes.items()}
+
+    def label(i: int) -> np.ndarray:
+        return np.array(i, dtype=np.int64)
+
+    x5 = rng.standard_normal((5, e))
+    sentences = [(rng.standard_normal((n, e)), y) for n, y in [(3, 0), (0, 1), (4, 2), (1, 1), (6, 0)]]
+    tokens, lengths, labels = pack_dataset(sentences)
+    init = {f"params.{k}": v for k, v in init_classifier_params(e, seed=3).items()}
+    return [
+        ("clf_forward", "classifier_forward", {"x_emb": x5, **params()}, {}),
+        ("clf_step_label0", "classifier_step", {"x_emb": x5, "label": label(0), **params()}, {"lr": 0.1}),
+        ("clf_step_label2", "classifier_step", {"x_emb": x5, "label": label(2), **params()}, {"lr": 0.1}),
+        (
+            "clf_step_n1_frozen",
+            "classifier_step",
+            {"x_emb": x5[:1], "label": label(1), **params()},
+            {"lr": 0.2, "frozen": ["w_f", "b_f"]},
+        ),
+        (
+            "clf_train_with_empty",
+            "classifier_train",
+            {"tokens": tokens, "lengths": lengths, "labels": labels, **init},
+            {"lr": 0.5, "epochs": 4, "frozen": []},
+        ),
+    ]
+
+
+CLF_CASES = _classifier_cases()
+
+
+@pytest.mark.parametrize("case", CLF_CASES, ids=[c[0] for c in CLF_CASES])
+def test_our_classifier_matches_reference(r_port, case):
+    _, op, inputs, options = case
+    assert_matches_reference(r_port.run(op, inputs, options), op, inputs, options)
+
+
+def test_classifier_labels_are_1_based_in_r(r_port):
+    """label 0 (negative) is class 1 in R: the loss is -log of the first probability."""
+    cases = {c[0]: c for c in CLF_CASES}
+    _, op, inputs, options = cases["clf_step_label0"]
+    res = r_port.run(op, inputs, options)
+    assert res["loss"].shape == ()
+    assert res["loss"] == pytest.approx(-np.log(res["probs"][0]), rel=1e-12)
+    # a 0-based label out of range reaches R as its 1-based value, and R says so
+    with pytest.raises(ImplementationError, match=r"1-based class indices in 1\.\.3 .*got 4"):
+        r_port.run(op, {**inputs, "label": np.array(3)}, options)
+
+
+_ECHO_CLASSIFIER_R = r"""
+classifier_train <- function(tokens, lengths, labels, params, lr, epochs, frozen = character(0)) {
+  list(
+    epoch_losses = as.double(labels),
+    params = params,
+    types = list(
+      labels_is_integer = is.integer(labels),
+      lengths_is_integer = is.integer(lengths),
+      lr_is_double = is.double(lr) && length(lr) == 1L,
+      epochs_is_integer = is.integer(epochs) && length(epochs) == 1L,
+      frozen_is_character = is.character(frozen),
+      frozen_length = length(frozen)
+    ),
+    lengths = lengths
+  )
+}
+classifier_step <- function(x_emb, label, params, lr, frozen = character(0)) {
+  list(loss = as.double(label), probs = c(0, 0, 1), grads = params, params = params)
+}
+echo_index <- function(labels, label) list(labels = labels, label = label, seen = c(label, labels))
+"""
+
+ECHO_INDEX = ops.OpSpec(
+    "echo_index",
+    args=("labels", "label"),
+    outputs=("labels", "label", "seen"),
+    roles={"labels": ops.Role.INDEX, "label": ops.Role.INDEX, "seen": ops.Role.VECTOR},
+)
+
+
+def test_index_arrays_travel_1_based_and_come_back_0_based(user_port, tmp_path, monkeypatch):
+    """Role.INDEX inputs reach R as value + 1 (integers stay R integers), INDEX outputs come back
+    - 1; lr is a double, epochs an integer, frozen a character vector (character(0) when empty)."""
+    port_file = tmp_path / "echo_classifier.R"
+    port_file.write_text(_ECHO_CLASSIFIER_R)
+    port = user_port(port_file)
+    params = {f"params.{p}": np.full(2, float(i)) for i, p in enumerate(ops.CLASSIFIER_PARAMS)}
+    inputs = {
+        "tokens": np.ones((4, 2)),
+        "lengths": np.array([1, 0, 3], dtype=np.int64),
+        "labels": np.array([0, 2, 1], dtype=np.int64),
+        **params,
+    }
+    got = port.run("classifier_train", inputs, {"lr": 0.05, "epochs": 3, "frozen": []})
+    np.testing.assert_array_equal(got["epoch_losses"], [1.0, 3.0, 2.0])  # R saw 1-based labels
+    np.testing.assert_array_equal(got["lengths"], [1, 0, 3])  # lengths are counts: not shifted
+    for flag in ("labels_is_integer", "lengths_is_integer", "lr_is_double", "epochs_is_integer"):
+        assert got[f"types.{flag}"] == 1.0, flag
+    assert got["types.frozen_is_character"] == 1.0 and got["types.frozen_length"] == 0
+    got = port.run("classifier_train", inputs, {"lr": 0.05, "epochs": 3, "frozen": ["w_f", "b_f"]})
+    assert got["types.frozen_length"] == 2
+    for p in ops.CLASSIFIER_PARAMS:  # the params list arrives complete, in order
+        np.testing.assert_array_equal(got[f"params.{p}"], inputs[f"params.{p}"])
+
+    step = port.run("classifier_step", {"x_emb": np.ones((2, 2)), "label": np.array(2), **params}, {"lr": 0.1})
+    assert step["loss"].shape == () and step["loss"] == 3.0
+
+    monkeypatch.setitem(ops.OPS, "echo_index", ECHO_INDEX)
+    labels = np.array([2, 0, 1], dtype=np.int64)
+    got = port.run("echo_index", {"labels": labels, "label": np.array(1)}, {})
+    np.testing.assert_array_equal(got["seen"], [2, 3, 1, 2])  # in R: 1-based
+    np.testing.assert_array_equal(got["labels"], labels)  # back 0-based
+    assert got["label"].shape == () and got["label"] == 1
