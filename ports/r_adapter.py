@@ -284,11 +284,21 @@ class _EmbeddedR:
             raise ImplementationUnavailable(
                 f"r: cannot import rpy2 ({type(exc).__name__}: {exc}); run scripts/install_r.sh"
             ) from exc
+        # Starting R writes LD_LIBRARY_PATH (R's lib dir and the system's) into os.environ. Every
+        # child process would inherit it: a pyenv python then loads the system libpython, a julia
+        # worker the system's libraries instead of its own. The dynamic loader read this process's
+        # value at start-up, so restoring it costs R nothing.
+        saved = os.environ.get("LD_LIBRARY_PATH")
         try:
             if not embedded.isready():
                 ri.initr_simple()
         except Exception as exc:
             raise ImplementationUnavailable(f"r: cannot start the embedded R: {exc}") from exc
+        finally:
+            if saved is None:
+                os.environ.pop("LD_LIBRARY_PATH", None)
+            else:
+                os.environ["LD_LIBRARY_PATH"] = saved
         # R's stdout (print/cat in a port) would otherwise land on Python's stdout, among reports.
         callbacks.consolewrite_print = _write_stderr
         self.ri = ri

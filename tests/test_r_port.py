@@ -601,3 +601,14 @@ def test_index_arrays_travel_1_based_and_come_back_0_based(user_port, tmp_path, 
     np.testing.assert_array_equal(got["seen"], [2, 3, 1, 2])  # in R: 1-based
     np.testing.assert_array_equal(got["labels"], labels)  # back 0-based
     assert got["label"].shape == () and got["label"] == 1
+
+
+def test_starting_r_leaves_child_processes_environment_alone(r_port) -> None:
+    # rpy2's R start-up writes LD_LIBRARY_PATH into os.environ; a child python then loaded the
+    # system libpython and could not import numpy. The adapter restores the variable.
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "import numpy"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "/usr/lib/R/lib" not in os.environ.get("LD_LIBRARY_PATH", "")
