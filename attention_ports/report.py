@@ -61,7 +61,7 @@ def summary_lines(results: list[CaseResult]) -> str:
 
 
 def failure_details(results: list[CaseResult]) -> str:
-    return "\n\n".join(f"[{r.impl}] {r.message()}" for r in results if r.status in FAILING | {"unavailable"})
+    return "\n\n".join(f"[{r.impl}] {r.message()}" for r in results if r.status in FAILING | {"unavailable", "missing"})
 
 
 def write_json(results: list[CaseResult], path: Path, meta: dict[str, Any] | None = None) -> None:

@@ -83,3 +83,13 @@ def test_console_script_entry_point_runs() -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "match their manifest and a fresh generation" in proc.stdout
+
+
+def test_an_operation_missing_from_a_shipped_port_fails_verify(monkeypatch, capsys) -> None:
+    import reference
+
+    monkeypatch.delattr(reference, "softmax")  # our own implementation loses an operation
+    assert cli.main(["verify", "--impl", "reference", "--case", "softmax_ties"]) == 1
+    out = capsys.readouterr().out
+    assert "softmax is not defined in reference" in out
+    assert "the shipped port(s) reference lack operations" in out
