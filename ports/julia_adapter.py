@@ -1,4 +1,4 @@
-"""The ``julia`` implementation: our port (ports/julia/src/attention.jl) or a user's Julia file.
+"""The ``julia`` implementation: our port (every ports/julia/src/*.jl) or a user's Julia file.
 
 Everything both transports share lives here: finding julia, turning a case into a Julia call
 (positional arrays, then keywords, driven by ``attention_ports.ops``), the layout conversion
@@ -39,7 +39,9 @@ from attention_ports.impl import (
 from attention_ports.ops import Role
 
 HERE = Path(__file__).resolve().parent
-PORT = HERE / "julia" / "src" / "attention.jl"
+# Our port: a directory, whose *.jl files (attention.jl, classifier.jl) the worker includes in name
+# order into one module (ports/julia/worker.jl, load_port).
+PORT = HERE / "julia" / "src"
 WORKER = HERE / "julia" / "worker.jl"
 LOCAL_JULIA = HERE.parent / ".local" / "julia" / "bin" / "julia-run"  # written by scripts/install_julia.sh
 TRANSPORT_ENV = "ATTENTION_PORTS_JULIA_TRANSPORT"
@@ -300,7 +302,7 @@ class JuliaImplementation(Implementation):
 
     def __init__(self, port: Path | None = None, *, transport: str | None = None, timeout: float | None = None):
         self.port = Path(port).resolve() if port is not None else PORT
-        if not self.port.is_file():
+        if not (self.port.is_file() or self.port.is_dir()):
             raise FileNotFoundError(f"julia port file not found: {self.port}")
         kind = transport or os.environ.get(TRANSPORT_ENV) or "worker"
         self._transport: Transport
@@ -326,7 +328,10 @@ class JuliaImplementation(Implementation):
 
     def describe(self) -> str:
         which = "our port" if self.port == PORT else "user port"
-        return f"julia: {which} {self.port} via {self._transport.describe()}"
+        where = str(self.port)
+        if self.port.is_dir():
+            where += f"/{{{','.join(sorted(f.name for f in self.port.glob('*.jl')))}}}"
+        return f"julia: {which} {where} via {self._transport.describe()}"
 
     def close(self) -> None:
         self._transport.close()

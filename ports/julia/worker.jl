@@ -1,10 +1,12 @@
 # The Julia side of the port verifier.
 #
-#   julia worker.jl PORT_FILE      serve calls on stdin/stdout (ports/julia_worker.py)
+#   julia worker.jl PORT           serve calls on stdin/stdout (ports/julia_worker.py)
 #   include("worker.jl")           only define JuliaPortWorker (ports/julia_juliacall.py)
 #
 # A port file is included into a fresh anonymous module, so a file that defines only some of the
-# operations is fine: the others are reported missing. Julia 1.5 to 1.11, standard library only.
+# operations is fine: the others are reported missing. PORT may also be a directory (ours is
+# ports/julia/src): every *.jl file in it is included, in name order, into that one module.
+# Julia 1.5 to 1.11, standard library only.
 #
 # Wire format, little-endian, one request then one reply at a time:
 #   value   := 'N' | 'F' f64 | 'I' i64 | 'B' u8 | 'S' str
@@ -27,10 +29,16 @@ const TAG_ARRAY, TAG_INT_ARRAY, TAG_GROUP, TAG_LIST = UInt8('A'), UInt8('Z'), UI
 # ---------------------------------------------------------------------------------------------
 # Loading a port and calling it: shared by the worker and the juliacall transport.
 
-"""Include `path` into a fresh anonymous module and return the module (throws on load errors)."""
+"""Include `path` (a file, or every *.jl file of a directory in name order) into a fresh anonymous
+module and return the module (throws on load errors)."""
 function load_port(path::AbstractString)
     mod = Module(:Port)
-    Base.include(mod, String(path))
+    is_source(f) = endswith(f, ".jl") && !startswith(basename(f), ".")   # not an editor's .#lock.jl
+    files = isdir(path) ? sort!(filter(is_source, readdir(path; join = true))) : [String(path)]
+    isempty(files) && throw(ArgumentError("the port directory $path holds no *.jl file"))
+    for file in files
+        Base.include(mod, file)
+    end
     return mod
 end
 

@@ -1,4 +1,5 @@
-# Native tests of our Julia port (ports/julia/src/attention.jl), standard library only.
+# Native tests of our Julia port (ports/julia/src/attention.jl and classifier.jl; the classifier's
+# test sets are in classifier_tests.jl), standard library only.
 #
 #   julia ports/julia/test/runtests.jl
 #
@@ -10,6 +11,7 @@ using LinearAlgebra: I
 using Random: MersenneTwister
 
 include(joinpath(@__DIR__, "..", "src", "attention.jl"))
+include(joinpath(@__DIR__, "..", "src", "classifier.jl"))
 
 # --- independent loop implementations ------------------------------------------------------------
 function naive_softmax_column(s::AbstractVector)
@@ -153,6 +155,8 @@ try
         msg = error_text(() -> multi_head_attention(q8, q8, q8, w8, w8, randn(8, 7), w8, 2))
         @test occursin("w_v 8×7", msg) && occursin("query 8×2", msg)
     end
+
+    include(joinpath(@__DIR__, "classifier_tests.jl"))
 finally
     Test.pop_testset()
 end

@@ -1,0 +1,169 @@
+"""Seed 003's published Julia code as a test of the suite: each of its bugs is caught, exactly.
+
+tests/data/ports/julia/ holds two transcriptions of the seed's classifier into the port contract,
+each faithful to the seed except that it keeps only ONE of its defects (shared/seeds/README.md):
+
+- seed003_scale_bug.jl: scores divided by sqrt(length(q)) = sqrt(d*n) instead of sqrt(d); its
+  backward is the exact gradient of that forward (the same wrong scale in dq and dk);
+- seed003_backward_bug.jl: the correct forward, and the seed's backward verbatim: one softmax
+  Jacobian from the linearly indexed alpha[j] (the first column of alpha) applied across every row,
+  and no 1/sqrt(d) in dq and dk.
+
+Each runs through the normal user-port path (``run_suite`` with ``ports={"julia": path}``, as
+``attention-ports verify --port julia=PATH`` does) over every clf_* fixture case, and the set of
+failing (case, output) pairs must equal the set predicted from the math and the case data (the
+number of tokens n read from the fixture, the frozen names from its options): nothing the bug
+breaks may pass, and nothing it leaves intact may fail. Real Julia, no mocks; without julia this
+skips locally and fails under CI=true.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from attention_ports.fixtures import REPO_FIXTURES, load_case
+from attention_ports.impl import ImplementationUnavailable
+from attention_ports.ops import CLASSIFIER_PARAMS
+from attention_ports.runner import CaseResult, run_suite, select_entries
+from tests.conftest import require
+
+BAD_PORTS = Path(__file__).resolve().parent / "data" / "ports" / "julia"
+CASES = ["clf*"]
+QUERY_KEY = ("w_q", "b_q", "w_k", "b_k")
+ATTENTION_OUTPUTS = ("weights", "z", "f", "pooled", "probs")  # classifier_forward outputs after the scores
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the predictions need to know about a fixture case, read from the case itself."""
+
+    id: str
+    op: str
+    longest: int  # tokens in the (longest) sentence: x_emb's rows, or max(lengths) for training
+    frozen: frozenset[str]
+    outputs: frozenset[str]
+
+
+def case_facts() -> list[Facts]:
+    facts = []
+    for entry in select_entries(REPO_FIXTURES, CASES):
+        case = load_case(REPO_FIXTURES, entry)
+        if case.op == "classifier_train":
+            longest = int(case.inputs["lengths"].max())
+        else:
+            longest = case.inputs["x_emb"].shape[0]  # reference layout: n tokens x e features
+        frozen = frozenset(case.options.get("frozen") or ())
+        facts.append(Facts(case.id, case.op, longest, frozen, frozenset(case.expected)))
+    return facts
+
+
+def expected_scale_bug(c: Facts) -> set[str]:
+    """Outputs that sqrt(d*n) in place of sqrt(d) must break."""
+    if c.longest == 1:
+        return set()  # sqrt(d*1) == sqrt(d): the bug is invisible on one-word sentences
+    # Every output computed from the scores differs: the weights and everything after them, and
+    # every gradient and every updated (not frozen) parameter, through probs - one_hot. Except b_k:
+    # adding a vector to every key adds the same q_i . delta to all of query i's scores, which its
+    # softmax ignores, whatever the scale. So the exact gradient of b_k is zero for this (wrong)
+    # forward too, rounding noise on both sides (~1e-17, under the 1e-13 floor); b_k is never moved
+    # by a step, nor over a whole trajectory.
+    moved = {p for p in CLASSIFIER_PARAMS if p not in c.frozen and p != "b_k"}
+    if c.op == "classifier_forward":
+        return set(ATTENTION_OUTPUTS)  # x, q, k, v come before the scores and pass
+    if c.op == "classifier_step":
+        grads = {f"grads.{p}" for p in CLASSIFIER_PARAMS if p != "b_k"}
+        return {"loss", "probs"} | grads | {f"params.{p}" for p in moved}
+    if c.op == "classifier_train":
+        return {"epoch_losses"} | {f"params.{p}" for p in moved}
+    raise AssertionError(f"no prediction for operation {c.op}")
+
+
+def expected_backward_bug(c: Facts) -> set[str]:
+    """Outputs that the seed's backward (linear-indexed Jacobian, no 1/sqrt(d) in dq, dk) must break."""
+    if c.longest == 1 or c.op == "classifier_forward":
+        # The forward is right; with one key the softmax Jacobian is [a(1 - a)] = [0] with a = 1,
+        # the seed's and the true one alike, so the query/key gradients are exactly 0 either way.
+        return set()
+    if c.op == "classifier_step":
+        # Only the query/key gradients and their updates; loss, probs and the gradients of
+        # w_v, b_v, w_f, b_f never pass through the softmax Jacobian. grads.b_k fails too, though
+        # its true value is 0: it is sum_i q_i * (row i of dL/dscores summed), and each query's
+        # true Jacobian diag(w) - w w' has rows summing to w_j (1 - sum(w)) = 0 since its weights
+        # sum to 1; the seed's single Jacobian is built from alpha's first column a (the weights
+        # every query gives key 1), whose rows sum to a_j (1 - sum(a)), not 0 in general.
+        return {f"grads.{p}" for p in QUERY_KEY} | {f"params.{p}" for p in QUERY_KEY if p not in c.frozen}
+    if c.op == "classifier_train":
+        # From the first sentence with n > 1 on, the trajectory leaves the true one: the epoch
+        # losses and every trained parameter differ; frozen ones stay exactly as they were.
+        return {"epoch_losses"} | {f"params.{p}" for p in CLASSIFIER_PARAMS if p not in c.frozen}
+    raise AssertionError(f"no prediction for operation {c.op}")
+
+
+PREDICTIONS = {
+    "seed003_scale_bug.jl": expected_scale_bug,
+    "seed003_backward_bug.jl": expected_backward_bug,
+}
+
+
+@pytest.fixture(scope="module")
+def facts() -> list[Facts]:
+    found = case_facts()
+    # The predictions are only a test if both kinds of case exist.
+    assert any(c.longest == 1 and c.op == "classifier_step" for c in found)
+    assert any(c.longest > 1 and c.op == "classifier_step" for c in found)
+    assert any(c.op == "classifier_train" for c in found)
+    return found
+
+
+@pytest.fixture(scope="module")
+def julia_available() -> None:
+    from ports.julia_adapter import find_julia
+
+    try:
+        find_julia()
+    except ImplementationUnavailable as exc:
+        require("julia", str(exc))
+
+
+def run_port(name: str) -> list[CaseResult]:
+    port = BAD_PORTS / name
+    assert port.is_file(), port
+    return run_suite(
+        REPO_FIXTURES, ["julia"], ports={"julia": port}, case_globs=CASES, required={"julia"}, progress=None
+    )
+
+
+@pytest.mark.parametrize("port", sorted(PREDICTIONS))
+def test_suite_flags_exactly_what_the_bug_breaks(port: str, facts: list[Facts], julia_available: None) -> None:
+    results = {r.case: r for r in run_port(port)}
+    assert set(results) == {c.id for c in facts}
+    statuses = {(r.case, o.output): o.status for r in results.values() for o in r.outputs}
+    errors = {key: status for key, status in statuses.items() if status not in {"pass", "fail"}}
+    assert not errors, f"{port} did not run cleanly: {errors}\n" + "\n".join(r.message() for r in results.values())
+
+    predict = PREDICTIONS[port]
+    expected: set[tuple[str, str]] = set()
+    for c in facts:
+        assert {o.output for o in results[c.id].outputs} == c.outputs, c.id  # every output was judged
+        wrong = predict(c)
+        assert wrong <= c.outputs, f"{c.id}: predicted outputs the case does not have: {wrong - c.outputs}"
+        expected |= {(c.id, o) for o in wrong}
+    failing = {key for key, status in statuses.items() if status == "fail"}
+    assert expected, f"{port}: the prediction flags nothing"
+    assert failing == expected, (
+        f"{port}: flagged but not predicted: {sorted(failing - expected)}; "
+        f"predicted but passed: {sorted(expected - failing)}"
+    )
+
+
+def test_the_bugs_differ_in_what_they_break(facts: list[Facts]) -> None:
+    """Neither prediction is a relabelling of the other: each bug leaves its own footprint."""
+    by_port = {port: {(c.id, o) for c in facts for o in predict(c)} for port, predict in PREDICTIONS.items()}
+    scale, backward = by_port["seed003_scale_bug.jl"], by_port["seed003_backward_bug.jl"]
+    assert scale - backward and backward - scale
+    forward_cases = {c.id for c in facts if c.op == "classifier_forward"}
+    assert not {case for case, _ in backward} & forward_cases  # the backward bug never shows in a forward
+    assert any(o == "grads.b_k" for _, o in backward) and not any(o == "grads.b_k" for _, o in scale)
