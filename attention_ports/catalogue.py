@@ -18,8 +18,8 @@ import numpy as np
 import tomllib
 
 import reference
-from reference import sentiment
 from attention_ports import ops
+from reference import sentiment
 
 CATALOGUE_FORMAT = 1
 CASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]*$")
@@ -198,7 +198,10 @@ def build_inputs(case: CaseSpec) -> dict[str, np.ndarray]:
 def _sentiment_rows() -> tuple[tuple[np.ndarray, int], ...]:
     # Every row of the data file, empty sentences included (ports must skip those themselves).
     table = sentiment.default_embedding_table()
-    return tuple((sentiment.embed(text, table)[0], sentiment.LABEL_INDEX[label]) for label, text in sentiment.read_sentiment_csv())
+    return tuple(
+        (sentiment.embed(text, table)[0], sentiment.LABEL_INDEX[label])
+        for label, text in sentiment.read_sentiment_csv()
+    )
 
 
 def _sentence(row: int) -> np.ndarray:

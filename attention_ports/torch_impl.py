@@ -143,7 +143,9 @@ def _op_classifier_forward(self, inputs, options):
 
 def _op_classifier_step(self, inputs, options):
     frozen = set(options.get("frozen") or ())
-    loss, probs, grads, new = _clf_step(inputs["x_emb"], int(inputs["label"]), _clf_params(inputs, False), options["lr"], frozen)
+    loss, probs, grads, new = _clf_step(
+        inputs["x_emb"], int(inputs["label"]), _clf_params(inputs, False), options["lr"], frozen
+    )
     return {
         "loss": loss,
         "probs": probs,
@@ -156,7 +158,9 @@ def _op_classifier_train(self, inputs, options):
     frozen = set(options.get("frozen") or ())
     params = _clf_params(inputs, False)
     offsets = np.concatenate([[0], np.cumsum(inputs["lengths"])]).astype(int)
-    sentences = [(inputs["tokens"][a:b], int(lab)) for a, b, lab in zip(offsets[:-1], offsets[1:], inputs["labels"], strict=True)]
+    sentences = [
+        (inputs["tokens"][a:b], int(lab)) for a, b, lab in zip(offsets[:-1], offsets[1:], inputs["labels"], strict=True)
+    ]
     epoch_losses = []
     for _ in range(int(options["epochs"])):
         total, count = 0.0, 0
