@@ -22,13 +22,10 @@ import pytest
 from attention_ports import ops
 from attention_ports.builtin import call_reference
 from attention_ports.impl import ImplementationError, ImplementationUnavailable, OperationMissing
+from tests.conftest import require
 
 DATA = Path(__file__).resolve().parent / "data" / "ports" / "r"
 RTOL, ATOL = 1e-9, 1e-12
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +36,7 @@ def r_port():
 
         impl = RImplementation(None)
     except ImplementationUnavailable as exc:
-        if _in_ci():
-            pytest.fail(f"R is required under CI=true but unavailable: {exc}", pytrace=False)
-        pytest.skip(f"R/rpy2 unavailable: {exc}")
+        require("R", str(exc))
     yield impl
     impl.close()
 
