@@ -98,7 +98,7 @@ def compare(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> Comp
         matched = (nan_e & nan_a) | (np.isinf(expected) & (actual == expected))
         diff = np.where(fin_e & np.isfinite(actual), np.abs(actual - expected), np.inf)
         diff = np.where(matched, 0.0, diff)
-        bad = ~matched & ~(diff <= bound)
+        bad = ~matched & ~(fin_e & np.isfinite(actual) & (diff <= bound))
         frac = np.where(bound > 0, diff / np.where(bound > 0, bound, 1.0), np.where(diff > 0, np.inf, 0.0))
         resolved = fin_e & (np.abs(expected) > bound) & (expected != 0)
         mag = np.where(resolved, np.abs(expected), 1.0)

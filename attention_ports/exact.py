@@ -547,7 +547,11 @@ def backward(g: Graph, fw: Forward, d_pooled: T, p: dict[str, T]) -> dict[str, T
     grads["w_q"] = g.matmul(xt, d_q)
     grads["b_q"] = g.colsum(d_q)
     grads["w_k"] = g.matmul(xt, d_k)
-    grads["b_k"] = g.colsum(d_k)
+    # The b_k gradient is identically zero: b_k adds s q_i . b_k to every score of row i, which the
+    # softmax ignores. Its value is set exactly (a ball around 0 certifies only below 2**-1075 and
+    # would cost ~1,100 bits through a whole trajectory); its error bound is the computed one, since
+    # implementations return rounding noise there.
+    grads["b_k"] = T(am.zeros(1, d), g.colsum(d_k).e)
     grads["w_v"] = g.matmul(xt, d_v)
     grads["b_v"] = g.colsum(d_v)
     return grads
@@ -701,7 +705,18 @@ def _dataset(inputs: Mapping[str, np.ndarray], c: int) -> list[tuple[np.ndarray,
     return out
 
 
-def trajectory_values(inputs: Mapping[str, np.ndarray], options: Mapping[str, Any], prec: int) -> Trajectory:
+def trajectory_values(
+    inputs: Mapping[str, np.ndarray], options: Mapping[str, Any], prec: int, taper: float = 0.0
+) -> Trajectory:
+    """The trajectory in balls; step t of T runs at ``prec + taper * T * (1 - (t/T)**2)`` bits.
+
+    Why taper: naive balls lose bits at every step (the wrapping effect: a ball's radius grows by
+    a factor each step), so a rounding made early is amplified the most, and step t needs only
+    the bits it will lose before the end. The loss rate grows along a trajectory (measured: ~0.1
+    bit a step in the first epochs, up to 2.6 late in the lr = 0.05 one), which the quadratic
+    profile follows: it starts at ``taper`` bits a step on average and ends losing ``2 taper``.
+    Average precision: 2/3 of a constant profile's.
+    """
     tokens = _f64(inputs, "tokens", 2)
     p = _params(inputs, tokens.shape[1])
     sentences = _dataset(inputs, p["w_f"].shape[1])
@@ -718,16 +733,19 @@ def trajectory_values(inputs: Mapping[str, np.ndarray], options: Mapping[str, An
         g = Graph(track=False)
         losses: list[arb] = []
         steps: list[tuple[int, dict[str, arb_mat]]] = []
+        n_steps = epochs * len(trained)
         for _ in range(epochs):
             total = am.ZERO
             for i in trained:
                 ctx.prec = BOUND_PREC
                 steps.append((i, {n: am.emap(t.v, lambda x: (+x.mid()).mid()) for n, t in p.items()}))
-                ctx.prec = prec
+                done = (len(steps) - 1) / n_steps
+                ctx.prec = prec + math.ceil(taper * n_steps * (1 - done * done))
                 x_emb, label = sentences[i]
                 step = classifier_step_graph(g, x_emb, label, p, lr, frozen)
                 total = total + step.loss.v.entries()[0]
                 p = step.params
+            ctx.prec = prec
             losses.append(total / len(trained))
     finally:
         ctx.prec = old

@@ -43,8 +43,11 @@ from attention_ports.exact import BOUND_PREC, InputError, Out
 LIBRARY = "python-flint"
 METHOD = "arb ball arithmetic, certified round-to-nearest"
 MAX_PREC = 1 << 16
-TRAJECTORY_BITS_PER_STEP = 1.5  # measured 1.3 on the 30-epoch trajectory (README); escalation covers more
-ZERO_MARGIN = 1150  # bits for an exact zero to certify: radius < 2**-1075 (rounding.py)
+# Naive balls lose ~1.3 bits per SGD step on the shipped trajectories (measured: 1,483 bits over
+# 1,140 steps, unevenly: ~0.1 a step in the first epochs, ~1.45 later); 1.5 covers that, and a
+# shortfall makes the first attempt fail and escalate by the measured deficit.
+TRAJECTORY_BITS_PER_STEP = 1.5
+TRAJECTORY_FINAL_BITS = 128  # the precision the last step runs at
 
 Result = dict[str, tuple[np.ndarray, np.ndarray]]
 
@@ -142,9 +145,11 @@ def compute_detailed(
     masked_query: str = "zeros",
     rows: Sequence[int] | None = None,
     label: str = "",
+    memo: bool = True,
 ) -> Truth:
+    """``compute`` with the working precision; ``memo=False`` neither reads nor fills the memo."""
     key = cache_key(op, inputs, options, masked_query, rows)
-    hit = _MEMO.get(key)
+    hit = _MEMO.get(key) if memo else None
     if hit is not None:
         return hit
     where = label or op
@@ -157,7 +162,8 @@ def compute_detailed(
             result = _single(op, inputs, options, masked_query, rows, where)
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from exc
-    _MEMO[key] = result
+    if memo:
+        _MEMO[key] = result
     return result
 
 
@@ -181,31 +187,32 @@ def _single(op, inputs, options, masked_query, rows, where: str) -> Truth:
     return Truth(outputs, prec)
 
 
-def trajectory_start_precision(steps: int) -> int:
-    return 64 + math.ceil(TRAJECTORY_BITS_PER_STEP * steps) + ZERO_MARGIN
-
-
 def _trajectory(inputs, options, where: str) -> Truth:
+    # The precision tapers from base + 1.5 x steps at the first step to base at the last
+    # (quadratically: exact.trajectory_values). A trajectory's exact zeros (b_k, by an identity; frozen
+    # parameters, copied) stay exact balls, so no step pays the ~1,100 bits a zero ball needs to
+    # certify; any other zero makes the first attempt fail and escalate by its deficit.
     lengths = np.asarray(inputs["lengths"])
     steps = int(options.get("epochs") or 0) * int(np.count_nonzero(lengths))
-    prec = trajectory_start_precision(steps)
+    base = TRAJECTORY_FINAL_BITS
     while True:
-        traj = exact.trajectory_values(inputs, options, prec)
-        outs = _trajectory_outs(traj, None)
+        traj = exact.trajectory_values(inputs, options, base, taper=TRAJECTORY_BITS_PER_STEP)
+        outs = _trajectory_outs(traj)
         rounded = {name: _round_out(out) for name, out in outs.items()}
         missing = max(m for _, m in rounded.values())
         if missing == 0:
             break
-        if prec >= MAX_PREC:
-            raise TruthError(f"{where}: the trajectory does not certify at {prec} bits")
-        prec = min(_next_prec(prec, missing), MAX_PREC)
+        if base >= MAX_PREC:
+            raise TruthError(f"{where}: the trajectory does not certify at {base} bits")
+        base = min(_next_prec(base, missing), MAX_PREC)
     loss_err, param_err = exact.trajectory_bounds(traj, options)
     errs = {"epoch_losses": loss_err, **{f"params.{n}": m for n, m in param_err.items()}}
     outputs = {name: (arr, _bound_array(errs[name], arr, outs[name].shape)) for name, (arr, _) in rounded.items()}
-    return Truth(outputs, prec)
+    # The working precision recorded is the first step's, the highest.
+    return Truth(outputs, base + math.ceil(TRAJECTORY_BITS_PER_STEP * steps))
 
 
-def _trajectory_outs(traj: exact.Trajectory, _: None) -> dict[str, Out]:
+def _trajectory_outs(traj: exact.Trajectory) -> dict[str, Out]:
     losses = arb_mat(1, len(traj.epoch_losses), traj.epoch_losses) if traj.epoch_losses else arb_mat(1, 0)
     outs = {"epoch_losses": Out(exact.T(losses), (len(traj.epoch_losses),))}
     for name, m in traj.params.items():
@@ -237,9 +244,9 @@ def clear_memo() -> None:
 Job = tuple[str, str, dict[str, np.ndarray], dict[str, Any]]  # (label, op, inputs, options)
 
 
-def _run_job(job: Job) -> Truth:
+def _run_job(job: Job, memo: bool = True) -> Truth:
     label, op, inputs, options = job
-    return compute_detailed(op, inputs, options, label=label)
+    return compute_detailed(op, inputs, options, label=label, memo=memo)
 
 
 def _cost(job: Job) -> float:
@@ -258,17 +265,21 @@ def default_workers() -> int:
 
 
 def compute_many(
-    jobs: Sequence[Job], workers: int | None = None, progress: Callable[[int, int, str], None] | None = None
+    jobs: Sequence[Job],
+    workers: int | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    memo: bool = True,
 ) -> list[Truth]:
     """Every job's truth, in job order; the memo first, then ``workers`` processes for the rest.
 
-    Results do not depend on the worker count or the order of completion.
+    Results do not depend on the worker count or the order of completion. The memo is this
+    process's only (nothing is cached on disk): ``memo=False`` computes everything afresh.
     """
     workers = default_workers() if workers is None else workers
     results: list[Truth | None] = [None] * len(jobs)
     todo = []
     for i, (_, op, inputs, options) in enumerate(jobs):
-        hit = _MEMO.get(cache_key(op, inputs, options, "zeros", None))
+        hit = _MEMO.get(cache_key(op, inputs, options, "zeros", None)) if memo else None
         if hit is not None:
             results[i] = hit
         else:
@@ -279,14 +290,14 @@ def compute_many(
     order = sorted(todo, key=lambda i: -_cost(jobs[i]))
     if workers <= 1 or len(order) <= 1:
         for i in order:
-            results[i] = _run_job(jobs[i])
+            results[i] = _run_job(jobs[i], memo)
             done += 1
             if progress:
                 progress(done, len(jobs), jobs[i][0])
     else:
         # spawn, not fork: the parent may hold R, Julia workers or torch threads.
         with ProcessPoolExecutor(max_workers=min(workers, len(order)), mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(_run_job, jobs[i]): i for i in order}
+            futures = {pool.submit(_run_job, jobs[i], memo): i for i in order}
             from concurrent.futures import as_completed
 
             for fut in as_completed(futures):
@@ -297,7 +308,8 @@ def compute_many(
                     progress(done, len(jobs), jobs[i][0])
     for (_, op, inputs, options), res in zip(jobs, results, strict=True):
         assert res is not None
-        _MEMO[cache_key(op, inputs, options, "zeros", None)] = res
+        if memo:
+            _MEMO[cache_key(op, inputs, options, "zeros", None)] = res
     return [r for r in results if r is not None]
 
 
