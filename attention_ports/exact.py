@@ -57,7 +57,10 @@ class T:
         return am.shape(self.v)
 
     def transpose(self) -> T:
-        return T(self.v.transpose(), None if self.e is None else self.e.transpose())
+        t = T(self.v.transpose(), None if self.e is None else self.e.transpose())
+        if "abs" in self.__dict__:  # reuse the entrywise bounds already computed (the costly part)
+            t.__dict__["abs"] = self.__dict__["abs"].transpose()
+        return t
 
     def cols(self, start: int, stop: int) -> T:
         return T(am.take_cols(self.v, start, stop), None if self.e is None else am.take_cols(self.e, start, stop))

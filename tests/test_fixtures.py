@@ -68,7 +68,7 @@ def test_manifest_describes_every_file_its_bound_and_how_the_truth_was_made() ->
     precisions = {c["id"]: c["truth"]["precision_bits"] for c in manifest["cases"]}
     assert precisions["sdpa_L2_d3"] == 128  # certified at the bound pass's precision
     assert precisions["clf_step_n1"] > 1075  # exact zeros need a radius below 2**-1075
-    assert precisions["clf_train_sentiment_30_epochs"] > 2000  # ~1.3 bits lost per SGD step
+    assert precisions["clf_train_sentiment_30_epochs"] > 1500  # ~1.3 bits lost per SGD step
 
 
 def test_flipping_one_byte_is_named_by_check_fixtures(fixtures_copy: Path, capsys) -> None:
