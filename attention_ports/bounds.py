@@ -107,6 +107,7 @@ RESOLUTION = arb(2.0**-46)
 UNDERFLOW = arb(2.0**-1000)
 BOUND_SIG_BITS = 8
 MAX_FIRST_ORDER = arb(2.0**-20)
+NEGLIGIBLE_LOGIT = 745  # exp(-745) is below half the smallest subnormal
 
 CONSTANTS = {
     "u": "2^-53",
@@ -170,7 +171,11 @@ def softmax_row(a: list[arb], t_abs: list[arb], e_s: list[arb] | None, kept: lis
     ]
     common = sum((a[j] * rel[j] for j in range(len(a)) if kept[j]), arb(0)) + gamma(n) + C_DIV * U
     rho = [rel[j] + common if kept[j] else arb(0) for j in range(len(a))]
-    for r in rho:
+    for j, r in enumerate(rho):
+        if not kept[j] or (t_abs[j] - r > NEGLIGIBLE_LOGIT):
+            # A weight below e^-745 even with its logit perturbed by rho: a correct implementation
+            # returns 0 or a subnormal, and its error is under the UNDERFLOW allowance whatever rho.
+            continue
         if not (r.upper() < MAX_FIRST_ORDER):  # an arb comparison is True only when certain
             raise BoundError(f"a softmax weight's relative error bound {r.upper()} exceeds 2^-20")
     return [a[j] * rho[j] for j in range(len(a))], rho

@@ -44,6 +44,10 @@ def dyadic_to_double(man: int, exp: int) -> float:
     neg = man < 0
     man = -man if neg else man
     top = man.bit_length() - 1 + exp  # value in [2**top, 2**(top+1))
+    if top < MIN_EXP - 2:  # below 2**-1076, under half the smallest subnormal (no huge shifts)
+        return -0.0 if neg else 0.0
+    if top > 1024:
+        return -math.inf if neg else math.inf
     # The spacing of doubles around the value: 2**(top-52) for normal numbers, 2**-1074 below.
     quantum = max(top - (MANT_BITS - 1), MIN_EXP)
     if exp >= quantum:
@@ -59,14 +63,30 @@ def dyadic_to_double(man: int, exp: int) -> float:
     return -value if neg else value
 
 
+# Exponents reach far beyond double range (exp(-1e12) is a fine arb): keep the integer shifts
+# bounded by deciding such balls from their exponents alone.
+_FAR = 4000
+
+
+def _top(man: int, exp: int) -> int:
+    """|man * 2**exp| < 2**_top(man, exp)."""
+    return abs(man).bit_length() + exp
+
+
 def arb_ends(x: arb) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The exact ends ``(m - r, m + r)`` of a finite ball as (man, exp) pairs."""
+    """The ends ``(m - r, m + r)`` of a finite ball as (man, exp) pairs (exact, or widened outward
+    when the radius is below 2**-4000 of the midpoint)."""
     m_man, m_exp = (int(v) for v in x.mid().man_exp())
     r_man, r_exp = (int(v) for v in x.rad().man_exp())
     if r_man == 0:
         return (m_man, m_exp), (m_man, m_exp)
-    e = min(m_exp, r_exp)
-    m = m_man << (m_exp - e)
+    if m_man and _top(m_man, m_exp) - _top(r_man, r_exp) > _FAR:
+        r_man, r_exp = 1, _top(m_man, m_exp) - _FAR  # a larger radius: the ends move outward
+    if m_man and _top(r_man, r_exp) - _top(m_man, m_exp) > _FAR:
+        m_man, m_exp = 0, 0  # the midpoint is negligible next to the radius: widen to [-r', r']
+        r_man, r_exp = r_man + 1, r_exp
+    e = min(m_exp, r_exp) if m_man else r_exp
+    m = m_man << (m_exp - e) if m_man else 0
     r = r_man << (r_exp - e)
     return (m - r, e), (m + r, e)
 
@@ -80,6 +100,10 @@ def round_ball(x: arb) -> float | None:
     if not x.is_finite():
         return None
     lo, hi = arb_ends(x)
+    if max(_top(*lo), _top(*hi)) < MIN_EXP - 1:
+        return 0.0  # both ends below 2**-1076 in magnitude: nearer to 0 than to any subnormal
+    if min(_top(*lo), _top(*hi)) > 1030 and (lo[0] > 0) == (hi[0] > 0):
+        return math.inf if hi[0] > 0 else -math.inf
     a, b = dyadic_to_double(*lo), dyadic_to_double(*hi)
     if a != b:  # note -0.0 == 0.0 in Python
         return None

@@ -20,6 +20,10 @@ TINY = math.ldexp(1.0, -1074)
 
 
 def oracle(man: int, exp: int) -> float:
+    if exp > 10**6:  # Fraction cannot build 2**(10**12); the answers are plain
+        return math.inf if man > 0 else -math.inf
+    if exp < -(10**6):
+        return math.copysign(0.0, man)
     x = Fraction(man) * Fraction(2) ** exp
     try:
         return float(x)
@@ -53,6 +57,9 @@ TRICKY = [
     (-((1 << 53) + 1), 0),
     (-1, -1075),  # -0.0
     (-3, -1075),
+    (1, -(10**12)),  # far outside double range: no shift by a trillion bits
+    (-7, 10**12),
+    ((1 << 80) + 1, -1157),  # just under half the smallest subnormal
 ]
 
 

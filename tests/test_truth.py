@@ -342,6 +342,14 @@ def test_an_ill_conditioned_case_is_refused_rather_than_given_a_false_bound() ->
         truth.compute("scaled_dot_product_attention", {"q": q, "k": k, "v": k}, {"scale": 1.0})
 
 
+def test_a_weight_that_underflows_needs_no_first_order_guarantee() -> None:
+    # -1e12 (a "large negative" mask value some code uses instead of -inf): its weight is e^-1e12,
+    # 0 in every float64 implementation, whatever the huge relative error bound of its logit.
+    y, bound = truth.compute("softmax", {"x": np.array([[0.0, -1e12, 1.0]])}, {})["y"]
+    assert y[0, 1] == 0.0 and bound[0, 1] < 1e-300
+    assert y[0, 2] == rounded(1 / (1 + mpmath.exp(-1)))
+
+
 def test_results_do_not_depend_on_the_worker_count() -> None:
     rng = np.random.default_rng(9)
     jobs = [
