@@ -47,7 +47,7 @@ def table(results: list[CaseResult]) -> str:
     col_w = len(_CELL)
     header = "case".ljust(case_w) + "".join(f"  {i:<{col_w}}" for i in impls)
     sub = " " * case_w + "".join(f"  {_CELL:<{col_w}}" for _ in impls)
-    lines = [header, sub, "-" * len(sub)]
+    lines = [header.rstrip(), sub, "-" * len(sub)]
     for case in cases:
         row = case.ljust(case_w)
         for impl in impls:
