@@ -67,6 +67,8 @@ def describe() -> dict[str, Any]:
         "library": LIBRARY,
         "version": flint.__version__,
         "method": METHOD,
+        "masked_query": "zeros",  # the convention of the stored outputs for a query with no key
+        "zero": "an exact zero certifies once its ball's radius is below 2^-1075; stored as +0.0",
         "bound_precision_bits": BOUND_PREC,
         "bounds": bounds.CONSTANTS,
     }
