@@ -1,7 +1,8 @@
-"""The ``reference`` implementation: re-computes every case from its fixture inputs.
+"""The ``reference`` implementation: the NumPy reference, run on every case from its fixture inputs.
 
-Running the reference through the same interface as the ports proves the fixtures are what the
-current reference computes (and gives a baseline row in every report).
+The reference is an implementation under test like torch, R and Julia: the fixtures hold the exact
+results (``attention_ports.truth``), and the reference is compared with them and reported the same
+way, its BLAS rounding (which differs by CPU) included.
 """
 
 from __future__ import annotations

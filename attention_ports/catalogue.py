@@ -1,8 +1,9 @@
 """The declarative case catalogue (``fixtures/catalogue.toml``): loading, validation, inputs.
 
 A case is data: an id, the operation, the reason it exists, flags (Wycheproof style), how each
-input is made, scalar options and, optionally, tolerance overrides. Tolerances otherwise come from
-the catalogue's ``[tolerances]`` table, one justified entry per operation output.
+input is made and scalar options. Nothing about the expected outputs is declared here: they are
+the exact results (``attention_ports.truth``) and their error bounds come from the error analysis
+(``attention_ports.bounds``), so a case cannot carry a hand-picked tolerance.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import reference
 from attention_ports import ops
 from reference import sentiment
 
-CATALOGUE_FORMAT = 1
+CATALOGUE_FORMAT = 2
 CASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]*$")
 KNOWN_FLAGS = {
     "seed",  # reproduces a seed document's own example
@@ -44,12 +45,6 @@ class CatalogueError(ValueError):
 
 
 @dataclass(frozen=True)
-class Tolerance:
-    rtol: float
-    atol: float
-
-
-@dataclass(frozen=True)
 class CaseSpec:
     id: str
     op: str
@@ -57,7 +52,7 @@ class CaseSpec:
     flags: tuple[str, ...]
     inputs: dict[str, dict[str, Any]]
     options: dict[str, Any]
-    tolerances: dict[str, Tolerance]  # per expected output, resolved
+    outputs: tuple[str, ...]  # the operation's outputs, each an expected file with its bound
     seed: int = field(compare=False)
 
 
@@ -86,11 +81,18 @@ def load_catalogue(path: Path) -> Catalogue:
     seed = raw.get("seed")
     if not isinstance(seed, int):
         raise CatalogueError(f"{path}: top-level 'seed' must be an integer")
-    defaults = _parse_tolerance_table(raw.get("tolerances", {}), path)
+    if "tolerances" in raw:
+        raise CatalogueError(
+            f"{path}: a [tolerances] table is not allowed: every bound comes from the error analysis "
+            "(attention_ports/bounds.py)"
+        )
+    unknown_top = set(raw) - {"format_version", "seed", "case"}
+    if unknown_top:
+        raise CatalogueError(f"{path}: unknown top-level keys {sorted(unknown_top)}")
     cases = []
     seen: set[str] = set()
     for i, entry in enumerate(raw.get("case", [])):
-        case = _parse_case(entry, i, defaults, seed, path)
+        case = _parse_case(entry, i, seed, path)
         if case.id in seen:
             raise CatalogueError(f"{path}: case id {case.id!r} appears twice")
         seen.add(case.id)
@@ -100,43 +102,15 @@ def load_catalogue(path: Path) -> Catalogue:
     return Catalogue(path=path, seed=seed, cases=tuple(cases), sha256=hashlib.sha256(raw_bytes).hexdigest())
 
 
-def _parse_tolerance_table(table: dict[str, Any], path: Path) -> dict[tuple[str, str], Tolerance]:
-    out: dict[tuple[str, str], Tolerance] = {}
-    for op_name, per_output in table.items():
-        spec = ops.OPS.get(op_name)
-        if spec is None:
-            raise CatalogueError(f"{path}: [tolerances.{op_name}] names an unknown operation")
-        for output, tol in per_output.items():
-            if output not in spec.outputs and not output.endswith("*"):
-                raise CatalogueError(f"{path}: [tolerances.{op_name}] names unknown output {output!r}")
-            out[(op_name, output)] = _tolerance(tol, f"{path}: [tolerances.{op_name}.{output}]")
-    return out
-
-
-def _tolerance(tol: Any, where: str) -> Tolerance:
-    if not isinstance(tol, dict) or set(tol) != {"rtol", "atol"}:
-        raise CatalogueError(f"{where}: expected {{rtol = ..., atol = ...}}, got {tol!r}")
-    if not all(isinstance(v, (int, float)) and 0 <= v < 1 for v in tol.values()):
-        raise CatalogueError(f"{where}: tolerances must be numbers in [0, 1), got {tol!r}")
-    return Tolerance(float(tol["rtol"]), float(tol["atol"]))
-
-
-def _lookup_default(defaults: dict[tuple[str, str], Tolerance], op: str, output: str) -> Tolerance | None:
-    if (op, output) in defaults:
-        return defaults[(op, output)]
-    for (op_name, pattern), tol in defaults.items():
-        if op_name == op and pattern.endswith("*") and output.startswith(pattern[:-1]):
-            return tol
-    return None
-
-
-def _parse_case(entry: dict[str, Any], index: int, defaults, seed: int, path: Path) -> CaseSpec:
+def _parse_case(entry: dict[str, Any], index: int, seed: int, path: Path) -> CaseSpec:
     where = f"{path}: case #{index + 1}"
     case_id = entry.get("id")
     if not isinstance(case_id, str) or not CASE_ID.match(case_id):
         raise CatalogueError(f"{where}: 'id' must match {CASE_ID.pattern}, got {case_id!r}")
     where = f"{path}: case {case_id!r}"
-    unknown = set(entry) - {"id", "op", "reason", "flags", "inputs", "options", "tolerances"}
+    if "tolerances" in entry:
+        raise CatalogueError(f"{where}: 'tolerances' is not allowed: bounds come from the error analysis")
+    unknown = set(entry) - {"id", "op", "reason", "flags", "inputs", "options"}
     if unknown:
         raise CatalogueError(f"{where}: unknown fields {sorted(unknown)}")
     op = entry.get("op")
@@ -162,14 +136,6 @@ def _parse_case(entry: dict[str, Any], index: int, defaults, seed: int, path: Pa
     extra_opts = set(options) - set(spec.options) - set(spec.positional_options)
     if extra_opts:
         raise CatalogueError(f"{where}: {op} takes no options {sorted(extra_opts)}")
-    overrides = entry.get("tolerances", {})
-    tolerances: dict[str, Tolerance] = {}
-    for output in spec.outputs:
-        tol = overrides.get(output)
-        resolved = _tolerance(tol, f"{where}: tolerances.{output}") if tol else _lookup_default(defaults, op, output)
-        if resolved is None:
-            raise CatalogueError(f"{where}: no tolerance for output {output!r} (add [tolerances.{op}.{output}])")
-        tolerances[output] = resolved
     return CaseSpec(
         id=case_id,
         op=op,
@@ -177,7 +143,7 @@ def _parse_case(entry: dict[str, Any], index: int, defaults, seed: int, path: Pa
         flags=flags,
         inputs=inputs,
         options=options,
-        tolerances=tolerances,
+        outputs=spec.outputs,
         seed=_case_seed(seed, case_id),
     )
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from attention_ports import registry
 from attention_ports.catalogue import CatalogueError
 from attention_ports.fixtures import REPO_FIXTURES, FixtureError, check, generate
-from attention_ports.report import failure_details, summary_lines, table, write_json
+from attention_ports.report import accuracy_table, failure_details, summary_lines, table, write_json
 from attention_ports.runner import FAILING, in_ci, run_suite
 
 DEFAULT_IMPLS = list(registry.IMPLEMENTATIONS)
@@ -35,9 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="write the golden fixtures from the catalogue")
     g.add_argument("--out", type=Path, default=REPO_FIXTURES, help="fixture folder (default: the shipped one)")
     g.add_argument("--catalogue", type=Path, default=None, help="catalogue file (default: OUT/catalogue.toml)")
+    g.add_argument("--jobs", type=int, default=None, help="worker processes for the exact truth (default: cores, <= 4)")
 
     c = sub.add_parser("check-fixtures", help="exit 0 only if every fixture matches its hash and a fresh generation")
     c.add_argument("--dir", type=Path, default=REPO_FIXTURES)
+    c.add_argument("--jobs", type=int, default=None, help="worker processes for the fresh generation")
 
     v = sub.add_parser("verify", help="run implementations on the fixtures and report agreement")
     v.add_argument("--impl", action="append", choices=DEFAULT_IMPLS, help="implementation (repeatable; default: all)")
@@ -56,8 +59,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def progress_bar(what: str) -> Callable[[int, int, str], None]:
+    """A progress bar on stderr (a tty), or a plain line every 10% (a log file, CI)."""
+    start = time.perf_counter()
+    shown = {"decile": -1}
+
+    def show(done: int, total: int, label: str) -> None:
+        elapsed = time.perf_counter() - start
+        if sys.stderr.isatty():
+            width = 30
+            filled = width * done // max(total, 1)
+            bar = "#" * filled + "." * (width - filled)
+            end = "\n" if done == total else ""
+            print(
+                f"\r\033[K{what} [{bar}] {done}/{total} {elapsed:5.1f}s {label}", end=end, file=sys.stderr, flush=True
+            )
+            return
+        decile = 10 * done // max(total, 1)
+        if decile > shown["decile"] or done == total:
+            shown["decile"] = decile
+            print(f"{what}: {done}/{total} cases ({elapsed:.1f} s)", file=sys.stderr, flush=True)
+
+    return show
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
-    rep = generate(args.out, args.catalogue)
+    rep = generate(args.out, args.catalogue, workers=args.jobs, progress=progress_bar("generate"))
     for rel in rep.written:
         print(f"wrote   {args.out / rel}")
     for rel in rep.removed:
@@ -67,7 +94,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    problems = check(args.dir)
+    problems = check(args.dir, workers=args.jobs, progress=progress_bar("check-fixtures"))
     for p in problems:
         print(f"DRIFT {p}")
     if problems:
@@ -93,6 +120,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(details)
         print()
     print(summary_lines(results))
+    acc = accuracy_table(results)
+    if acc:
+        print()
+        print(acc)
     if args.json:
         write_json(results, args.json, {"implementations": impls, "ports": {k: str(v) for k, v in ports.items()}})
     bad = {r.status for r in results} & (FAILING | ({"missing"} if args.strict else set()))

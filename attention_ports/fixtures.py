@@ -1,9 +1,13 @@
 """Golden fixtures on disk: one ``.npy`` per array plus ``manifest.json``.
 
 ``.npy`` (format 1.0, little-endian, C order) is exact for float64 and simple enough to read from
-base R or the Julia stdlib; the manifest carries the case metadata, shapes, dtypes, sha256 of every
-file, resolved tolerances and provenance. Generation is deterministic (same bytes twice), every
-write is atomic (temp file + rename), and loading never unpickles.
+base R or the Julia stdlib. Format 2: every expected output ``expected.<name>.npy`` is the exact
+result correctly rounded to float64 and comes with ``bound.<name>.npy``, the per-element error
+bound a correct float64 implementation meets (``attention_ports.truth``). The manifest carries the
+case metadata, shapes, dtypes, the sha256 of every file, and how the truth was made (library,
+version, method, each case's working precision). Generation is a pure function of the catalogue:
+the same bytes on every machine and CPU (no NumPy floating point touches an expected value or a
+bound), every write is atomic (temp file + rename), and loading never unpickles.
 """
 
 from __future__ import annotations
@@ -12,20 +16,18 @@ import hashlib
 import io
 import json
 import os
-import platform
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-import reference
-from attention_ports.builtin import call_reference
-from attention_ports.catalogue import CaseSpec, Catalogue, Tolerance, build_inputs, load_catalogue
+from attention_ports import truth
+from attention_ports.catalogue import CaseSpec, Catalogue, build_inputs, load_catalogue
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 CATALOGUE = "catalogue.toml"
 REPO_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -38,8 +40,8 @@ class FixtureError(Exception):
 
 @dataclass(frozen=True)
 class Expected:
-    array: np.ndarray
-    tolerance: Tolerance
+    array: np.ndarray  # the exact result, correctly rounded to float64
+    bound: np.ndarray  # per-element absolute error bound (same shape)
 
 
 @dataclass(frozen=True)
@@ -87,26 +89,32 @@ def _file_name(kind: str, name: str) -> str:
     return f"{kind}.{name}.npy"
 
 
-def render(catalogue: Catalogue) -> tuple[dict[str, bytes], dict[str, Any]]:
+Progress = Callable[[int, int, str], None]
+
+
+def render(
+    catalogue: Catalogue, workers: int | None = None, progress: Progress | None = None
+) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Compute every fixture file's bytes and the manifest, without touching the disk."""
+    inputs = [build_inputs(spec) for spec in catalogue.cases]
+    jobs = [(spec.id, spec.op, ins, spec.options) for spec, ins in zip(catalogue.cases, inputs, strict=True)]
+    truths = truth.compute_many(jobs, workers=workers, progress=progress)
     files: dict[str, bytes] = {}
-    cases = []
-    for spec in catalogue.cases:
-        cases.append(_render_case(spec, files))
+    cases = [_render_case(spec, ins, tr, files) for spec, ins, tr in zip(catalogue.cases, inputs, truths, strict=True)]
     manifest = {
         "format_version": FORMAT_VERSION,
-        "reference_version": reference.__version__,
         "catalogue": {"file": CATALOGUE, "sha256": catalogue.sha256, "seed": catalogue.seed},
-        # Provenance only: check-fixtures compares the cases, not the versions that wrote them.
-        "provenance": {"numpy": np.__version__, "python": platform.python_version()},
+        "truth": truth.describe(),
         "cases": cases,
     }
     return files, manifest
 
 
-def _render_case(spec: CaseSpec, files: dict[str, bytes]) -> dict[str, Any]:
-    inputs = build_inputs(spec)
-    outputs = call_reference(spec.op, inputs, spec.options)
+def _render_case(spec: CaseSpec, inputs: dict[str, np.ndarray], tr: truth.Truth, files: dict[str, bytes]) -> dict:
+    if tuple(tr.outputs) != spec.outputs:
+        raise FixtureError(
+            f"case {spec.id!r}: the truth returned {sorted(tr.outputs)}, the operation declares {spec.outputs}"
+        )
     entry: dict[str, Any] = {
         "id": spec.id,
         "op": spec.op,
@@ -114,24 +122,33 @@ def _render_case(spec: CaseSpec, files: dict[str, bytes]) -> dict[str, Any]:
         "flags": list(spec.flags),
         "options": spec.options,
         "seed": spec.seed,
+        "truth": {"precision_bits": tr.precision_bits},
         "inputs": {},
         "expected": {},
     }
-    for kind, arrays in (("input", inputs), ("expected", outputs)):
-        section = entry["inputs" if kind == "input" else "expected"]
-        for name, arr in arrays.items():
-            if kind == "expected" and name not in spec.tolerances:
-                continue
-            rel = f"cases/{spec.id}/{_file_name(kind, name)}"
-            data = npy_bytes(arr)
-            files[rel] = data
-            section[name] = {"file": rel, "shape": list(arr.shape), "dtype": arr.dtype.name, "sha256": _sha256(data)}
-            if kind == "expected":
-                tol = spec.tolerances[name]
-                section[name].update(rtol=tol.rtol, atol=tol.atol)
-    missing = set(spec.tolerances) - set(entry["expected"])
-    if missing:
-        raise FixtureError(f"case {spec.id!r}: the reference returned no {sorted(missing)}")
+    for name, arr in inputs.items():
+        rel = f"cases/{spec.id}/{_file_name('input', name)}"
+        data = npy_bytes(arr)
+        files[rel] = data
+        entry["inputs"][name] = {
+            "file": rel,
+            "shape": list(arr.shape),
+            "dtype": arr.dtype.name,
+            "sha256": _sha256(data),
+        }
+    for name, (expected, bound) in tr.outputs.items():
+        rel = f"cases/{spec.id}/{_file_name('expected', name)}"
+        brel = f"cases/{spec.id}/{_file_name('bound', name)}"
+        data, bdata = npy_bytes(expected), npy_bytes(bound)
+        files[rel], files[brel] = data, bdata
+        entry["expected"][name] = {
+            "file": rel,
+            "shape": list(expected.shape),
+            "dtype": expected.dtype.name,
+            "sha256": _sha256(data),
+            "bound_file": brel,
+            "bound_sha256": _sha256(bdata),
+        }
     return entry
 
 
@@ -146,11 +163,16 @@ class GenerateReport:
     removed: list[str]
 
 
-def generate(out_dir: Path, catalogue_path: Path | None = None) -> GenerateReport:
+def generate(
+    out_dir: Path,
+    catalogue_path: Path | None = None,
+    workers: int | None = None,
+    progress: Progress | None = None,
+) -> GenerateReport:
     """Write fixtures for ``catalogue_path`` (default: the catalogue in ``out_dir``) into ``out_dir``."""
     catalogue_path = catalogue_path or out_dir / CATALOGUE
     catalogue = load_catalogue(catalogue_path)
-    files, manifest = render(catalogue)
+    files, manifest = render(catalogue, workers=workers, progress=progress)
     files[MANIFEST] = manifest_bytes(manifest)
     if catalogue_path.resolve() != (out_dir / CATALOGUE).resolve():
         files[CATALOGUE] = catalogue_path.read_bytes()
@@ -194,7 +216,10 @@ def read_manifest(fixtures_dir: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise FixtureError(f"{path}: not valid JSON: {exc}") from exc
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise FixtureError(f"{path}: format_version {manifest.get('format_version')!r} is not {FORMAT_VERSION}")
+        raise FixtureError(
+            f"{path}: format_version {manifest.get('format_version')!r} is not {FORMAT_VERSION} "
+            f"(regenerate with `attention-ports generate --out {fixtures_dir}`)"
+        )
     if not isinstance(manifest.get("cases"), list):
         raise FixtureError(f"{path}: 'cases' must be a list")
     return manifest
@@ -224,7 +249,7 @@ def load_case(fixtures_dir: Path, entry: dict[str, Any]) -> Case:
     try:
         inputs = {name: load_array(fixtures_dir, meta) for name, meta in entry["inputs"].items()}
         expected = {
-            name: Expected(load_array(fixtures_dir, meta), Tolerance(meta["rtol"], meta["atol"]))
+            name: Expected(load_array(fixtures_dir, meta), load_array(fixtures_dir, _bound_meta(meta)))
             for name, meta in entry["expected"].items()
         }
         return Case(
@@ -240,6 +265,10 @@ def load_case(fixtures_dir: Path, entry: dict[str, Any]) -> Case:
         raise FixtureError(f"manifest entry for case {entry.get('id', '?')!r} lacks field {exc}") from exc
 
 
+def _bound_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    return {"file": meta["bound_file"], "sha256": meta["bound_sha256"], "dtype": "float64", "shape": meta["shape"]}
+
+
 def iter_entries(fixtures_dir: Path) -> Iterator[dict[str, Any]]:
     yield from read_manifest(fixtures_dir)["cases"]
 
@@ -247,11 +276,12 @@ def iter_entries(fixtures_dir: Path) -> Iterator[dict[str, Any]]:
 # ---------------------------------------------------------------- drift gate
 
 
-def check(fixtures_dir: Path) -> list[str]:
+def check(fixtures_dir: Path, workers: int | None = None, progress: Progress | None = None) -> list[str]:
     """Return one problem per drifted/corrupted file (empty list = the fixtures are good).
 
     Two gates: every file matches its manifest hash, and a fresh generation from the catalogue
-    produces the same bytes (so a changed reference or catalogue cannot go unnoticed).
+    produces the same bytes (so a changed catalogue or truth engine cannot go unnoticed). Both are
+    byte comparisons, and generation is CPU-independent, so the gate means the same everywhere.
     """
     problems: list[str] = []
     try:
@@ -260,28 +290,32 @@ def check(fixtures_dir: Path) -> list[str]:
         return [str(exc)]
     listed: set[str] = set()
     for entry in manifest["cases"]:
-        for section in ("inputs", "expected"):
-            for meta in entry.get(section, {}).values():
-                listed.add(meta["file"])
-                path = fixtures_dir / meta["file"]
-                if not path.is_file():
-                    problems.append(f"{path}: missing")
-                elif _sha256(path.read_bytes()) != meta["sha256"]:
-                    problems.append(f"{path}: sha256 differs from the manifest")
+        metas = [*entry.get("inputs", {}).values()]
+        for meta in entry.get("expected", {}).values():
+            metas.append(meta)
+            if "bound_file" in meta:
+                metas.append(_bound_meta(meta))
+            else:
+                problems.append(f"{fixtures_dir / meta['file']}: the manifest names no bound file")
+        for meta in metas:
+            listed.add(meta["file"])
+            path = fixtures_dir / meta["file"]
+            if not path.is_file():
+                problems.append(f"{path}: missing")
+            elif _sha256(path.read_bytes()) != meta["sha256"]:
+                problems.append(f"{path}: sha256 differs from the manifest")
     for extra in sorted(set(_existing_case_files(fixtures_dir)) - listed):
         problems.append(f"{fixtures_dir / extra}: not listed in the manifest")
     try:
-        files, fresh = render(load_catalogue(fixtures_dir / CATALOGUE))
+        files, fresh = render(load_catalogue(fixtures_dir / CATALOGUE), workers=workers, progress=progress)
     except Exception as exc:  # any failure to regenerate is itself drift worth reporting
         return [*problems, f"{fixtures_dir / CATALOGUE}: cannot regenerate: {exc}"]
     for rel, data in files.items():
         path = fixtures_dir / rel
         if path.is_file() and path.read_bytes() != data and not any(p.startswith(f"{path}:") for p in problems):
-            problems.append(f"{path}: differs from a fresh generation (reference or catalogue changed)")
+            problems.append(f"{path}: differs from a fresh generation (catalogue or truth engine changed)")
         elif not path.is_file() and not any(p.startswith(f"{path}:") for p in problems):
             problems.append(f"{path}: a fresh generation has it, the fixtures do not")
-    stable = {k: v for k, v in fresh.items() if k != "provenance"}
-    stored = {k: v for k, v in manifest.items() if k != "provenance"}
-    if stable != stored:
+    if json.loads(manifest_bytes(fresh)) != manifest:
         problems.append(f"{fixtures_dir / MANIFEST}: differs from a fresh generation (run `attention-ports generate`)")
     return problems

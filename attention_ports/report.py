@@ -1,8 +1,15 @@
-"""The verify report: a case x implementation table for people, JSON for machines."""
+"""The verify report: a case x implementation table for people, JSON for machines.
+
+Every error is measured against the truth (the exact result correctly rounded): per case and
+implementation the table shows the status, the worst error in ulps of the expected value, the
+max abs and rel errors, and the worst error as a fraction of its bound (``err/bnd``: 1 is the
+limit); ``accuracy_table`` condenses that per implementation and operation.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -10,11 +17,26 @@ from typing import Any
 from attention_ports.fixtures import atomic_write
 from attention_ports.runner import FAILING, CaseResult
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 
 
 def _err(x: float | None) -> str:
     return "-" if x is None else f"{x:.1e}"
+
+
+def _ulps(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.0f}" if x < 1e5 else f"{x:.0e}"
+
+
+def _frac(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.2f}" if x < 100 else f"{x:.0e}"
+
+
+_CELL = "status      ulps     abs     rel err/bnd"
 
 
 def table(results: list[CaseResult]) -> str:
@@ -22,17 +44,55 @@ def table(results: list[CaseResult]) -> str:
     cases = list(dict.fromkeys(r.case for r in results))
     by_key = {(r.impl, r.case): r for r in results}
     case_w = max([len("case"), *(len(c) for c in cases)])
-    col_w = 24
+    col_w = len(_CELL)
     header = "case".ljust(case_w) + "".join(f"  {i:<{col_w}}" for i in impls)
-    sub = " " * case_w + "".join(f"  {'status   abs     rel':<{col_w}}" for _ in impls)
-    lines = [header, sub, "-" * len(header)]
+    sub = " " * case_w + "".join(f"  {_CELL:<{col_w}}" for _ in impls)
+    lines = [header.rstrip(), sub, "-" * len(sub)]
     for case in cases:
         row = case.ljust(case_w)
         for impl in impls:
             r = by_key.get((impl, case))
-            cell = "" if r is None else f"{r.status:<8} {_err(r.max_abs_err):>7} {_err(r.max_rel_err):>7}"
+            cell = (
+                ""
+                if r is None
+                else f"{r.status:<8} {_ulps(r.max_ulp_err):>7} {_err(r.max_abs_err):>7} "
+                f"{_err(r.max_rel_err):>7} {_frac(r.err_over_bound):>7}"
+            )
             row += f"  {cell:<{col_w}}"
         lines.append(row.rstrip())
+    return "\n".join(lines)
+
+
+def accuracy(results: list[CaseResult]) -> dict[str, dict[str, dict[str, float]]]:
+    """impl -> operation -> worst ``ulps`` and ``err_over_bound`` over the outputs that ran."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for r in results:
+        for o in r.outputs:
+            if o.max_ulp_err is None or o.err_over_bound is None:
+                continue
+            cell = out.setdefault(r.impl, {}).setdefault(r.op, {"ulps": 0.0, "err_over_bound": 0.0})
+            cell["ulps"] = max(cell["ulps"], o.max_ulp_err)
+            cell["err_over_bound"] = max(cell["err_over_bound"], o.err_over_bound)
+    return out
+
+
+def accuracy_table(results: list[CaseResult]) -> str:
+    """Worst error per implementation and operation: ulps of the expected value, and err/bound."""
+    acc = accuracy(results)
+    if not acc:
+        return ""
+    ops = list(dict.fromkeys(r.op for r in results))
+    op_w = max(len("operation"), *(len(o) for o in ops))
+    impls = list(acc)
+    lines = ["worst error vs the truth (ulps / fraction of the bound)"]
+    lines.append("operation".ljust(op_w) + "".join(f"  {i:>18}" for i in impls))
+    for op in ops:
+        row = op.ljust(op_w)
+        for impl in impls:
+            cell = acc[impl].get(op)
+            text = "-" if cell is None else f"{_ulps(cell['ulps'])} / {_frac(cell['err_over_bound'])}"
+            row += f"  {text:>18}"
+        lines.append(row)
     return "\n".join(lines)
 
 
@@ -46,6 +106,10 @@ def summary(results: list[CaseResult]) -> dict[str, Any]:
         "implementations": {impl: dict(sorted(c.items())) for impl, c in per_impl.items()},
         "totals": dict(sorted(totals.items())),
         "ok": not any(r.status in FAILING for r in results),
+        "accuracy": {
+            impl: {op: {k: v if math.isfinite(v) else str(v) for k, v in cell.items()} for op, cell in ops.items()}
+            for impl, ops in accuracy(results).items()
+        },
     }
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import io
-import json
 import shutil
 from pathlib import Path
 
+import flint
 import numpy as np
 import pytest
 
@@ -31,18 +31,16 @@ def test_committed_fixtures_pass_the_drift_gate() -> None:
     assert check(REPO_FIXTURES) == []
 
 
-def test_generation_is_deterministic_and_matches_the_committed_bytes(tmp_path: Path) -> None:
-    a, b = tmp_path / "a", tmp_path / "b"
+def test_generation_matches_the_committed_bytes_manifest_included(tmp_path: Path) -> None:
+    # Generation is a pure function of the catalogue: every file, the manifest too, byte for byte
+    # (tests/test_truth_bytes.py repeats this under other BLAS kernels and SIMD levels).
+    a = tmp_path / "a"
     generate(a, REPO_FIXTURES / "catalogue.toml")
-    generate(b, REPO_FIXTURES / "catalogue.toml")
-    ta, tb = _tree_bytes(a), _tree_bytes(b)
-    assert ta == tb
+    generated = _tree_bytes(a)
     committed = _tree_bytes(REPO_FIXTURES)
-    for rel, data in ta.items():
-        if rel != "manifest.json":
-            assert committed[rel] == data, rel
-    strip = lambda m: {k: v for k, v in json.loads(m).items() if k != "provenance"}  # noqa: E731
-    assert strip(ta["manifest.json"]) == strip(committed["manifest.json"])
+    assert {r for r in generated if r.startswith("cases/")} == {r for r in committed if r.startswith("cases/")}
+    for rel, data in generated.items():  # the catalogue copy, the manifest and every case file
+        assert committed[rel] == data, rel
 
 
 def test_regenerating_in_place_reports_nothing_written(fixtures_copy: Path) -> None:
@@ -50,16 +48,27 @@ def test_regenerating_in_place_reports_nothing_written(fixtures_copy: Path) -> N
     assert [w for w in rep.written if w != "manifest.json"] == [] and rep.removed == []
 
 
-def test_manifest_describes_every_file_with_hash_shape_dtype_and_tolerances() -> None:
+def test_manifest_describes_every_file_its_bound_and_how_the_truth_was_made() -> None:
     manifest = read_manifest(REPO_FIXTURES)
-    assert manifest["format_version"] == 1 and manifest["reference_version"]
-    assert {"numpy", "python"} <= set(manifest["provenance"]) and manifest["catalogue"]["seed"] == 20261123
+    assert manifest["format_version"] == 2 and manifest["catalogue"]["seed"] == 20261123
+    assert "provenance" not in manifest  # nothing that depends on the machine or a NumPy build
+    t = manifest["truth"]
+    assert t["library"] == "python-flint" and t["version"] == flint.__version__
+    assert t["method"] == "arb ball arithmetic, certified round-to-nearest"
+    assert t["bounds"]["safety_factor"] == 2
     assert len(manifest["cases"]) >= 40
     for case in manifest["cases"]:
         assert case["reason"] and case["flags"]
-        for meta in case["expected"].values():
-            assert set(meta) == {"file", "shape", "dtype", "sha256", "rtol", "atol"}
-            assert 0 < meta["rtol"] <= 1e-12 or "training" in case["flags"]
+        assert isinstance(case["truth"]["precision_bits"], int) and case["truth"]["precision_bits"] >= 128
+        for name, meta in case["expected"].items():
+            assert set(meta) == {"file", "shape", "dtype", "sha256", "bound_file", "bound_sha256"}
+            assert meta["file"] == f"cases/{case['id']}/expected.{name}.npy"
+            assert meta["bound_file"] == f"cases/{case['id']}/bound.{name}.npy"
+            assert meta["dtype"] == "float64"
+    precisions = {c["id"]: c["truth"]["precision_bits"] for c in manifest["cases"]}
+    assert precisions["sdpa_L2_d3"] == 128  # certified at the bound pass's precision
+    assert precisions["clf_step_n1"] > 1075  # exact zeros need a radius below 2**-1075
+    assert precisions["clf_train_sentiment_30_epochs"] > 1500  # ~1.3 bits lost per SGD step
 
 
 def test_flipping_one_byte_is_named_by_check_fixtures(fixtures_copy: Path, capsys) -> None:
@@ -75,9 +84,23 @@ def test_flipping_one_byte_is_named_by_check_fixtures(fixtures_copy: Path, capsy
 
 def test_a_changed_catalogue_is_drift(fixtures_copy: Path) -> None:
     cat = fixtures_copy / "catalogue.toml"
-    cat.write_text(cat.read_text().replace("seed = 20261123", "seed = 20261124"))
+    text = cat.read_text()
+    edited = text.replace("[7.0, 7.0, 7.0, 7.0, 7.0]", "[7.0, 7.0, 7.0, 7.0, 7.5]")
+    assert edited != text
+    cat.write_text(edited)
     problems = check(fixtures_copy)
-    assert any("differs from a fresh generation" in p for p in problems)
+    victims = {p.split(":")[0] for p in problems if "differs from a fresh generation" in p}
+    case = fixtures_copy / "cases" / "softmax_ties"
+    assert {str(case / "input.x.npy"), str(case / "expected.y.npy"), str(case / "bound.y.npy")} <= victims
+    assert any(p.startswith(f"{fixtures_copy / 'manifest.json'}:") for p in problems)
+
+
+def test_a_tampered_bound_is_named_by_check_fixtures(fixtures_copy: Path) -> None:
+    victim = fixtures_copy / "cases" / "sdpa_L2_d3" / "bound.weights.npy"
+    arr = np.load(victim)
+    np.save(victim, arr * 10)  # a loosened tolerance is drift like any other
+    problems = check(fixtures_copy)
+    assert f"{victim}: sha256 differs from the manifest" in problems
 
 
 def test_truncated_array_is_an_error_for_that_case_only(fixtures_copy: Path) -> None:
@@ -131,10 +154,14 @@ def test_missing_manifest_and_bad_json_are_clear_errors(tmp_path: Path) -> None:
             "every case needs a 'reason'|unknown fields",
         ),
         (
-            lambda s: s.replace("[tolerances.softmax]\ny = {rtol = 1e-12, atol = 1e-15}", ""),
-            "no tolerance for output 'y'",
+            lambda s: s.replace("seed = 20261123", "seed = 20261123\n[tolerances.softmax]\ny = {rtol = 1e-12}"),
+            "a \\[tolerances\\] table is not allowed",
         ),
-        (lambda s: s.replace("format_version = 1", "format_version = 2"), "format_version must be 1"),
+        (
+            lambda s: s.replace('op = "softmax"', 'op = "softmax"\ntolerances.y = {rtol = 1e-9}', 1),
+            "'tolerances' is not allowed: bounds come from the error analysis",
+        ),
+        (lambda s: s.replace("format_version = 2", "format_version = 1"), "format_version must be 2"),
     ],
 )
 def test_malformed_catalogue_names_the_case_and_field(tmp_path: Path, edit, pattern: str) -> None:

@@ -1,0 +1,91 @@
+"""Regenerate fixtures in this process and compare them with the committed bytes (not a test module).
+
+``tests/test_truth_bytes.py`` runs ``python -m tests.cpu_probe SCOPE`` under other BLAS kernels
+(``OPENBLAS_CORETYPE``) and SIMD levels (``NPY_DISABLE_CPU_FEATURES``). It rebuilds every case's
+inputs and compares their bytes with the committed ones, computes the truth (every case with
+SCOPE ``all``, all but the trajectories with ``forward``) afresh, with no memo, and compares the
+expected and bound bytes; then it runs the NumPy reference on every case against the committed
+fixtures. It prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import hashlib
+import json
+import os
+import sys
+
+import numpy as np
+
+
+def blas_core() -> str:
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*"))
+    for lib in libs:
+        handle = ctypes.CDLL(lib)
+        for name in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "openblas_get_corename"):
+            if hasattr(handle, name):
+                fn = getattr(handle, name)
+                fn.restype = ctypes.c_char_p
+                return fn().decode()
+    return "unknown"
+
+
+def simd_targets() -> dict[str, bool]:
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    return {t: bool(__cpu_features__.get(t)) for t in __cpu_dispatch__}
+
+
+def main(scope: str) -> dict:
+    from attention_ports import truth
+    from attention_ports.builtin import ReferenceImplementation
+    from attention_ports.catalogue import build_inputs, load_catalogue
+    from attention_ports.fixtures import REPO_FIXTURES, load_case, npy_bytes, read_manifest
+    from attention_ports.runner import judge
+
+    def sha(a: np.ndarray) -> str:
+        return hashlib.sha256(npy_bytes(a)).hexdigest()
+
+    entries = {c["id"]: c for c in read_manifest(REPO_FIXTURES)["cases"]}
+    mismatches: list[str] = []
+    jobs = []
+    n_inputs = 0
+    for spec in load_catalogue(REPO_FIXTURES / "catalogue.toml").cases:
+        inputs = build_inputs(spec)
+        for name, arr in inputs.items():
+            n_inputs += 1
+            if sha(arr) != entries[spec.id]["inputs"][name]["sha256"]:
+                mismatches.append(f"{spec.id}/input.{name}")
+        if scope == "all" or spec.op != "classifier_train":
+            jobs.append((spec.id, spec.op, inputs, spec.options))
+    n_truth = 0
+    for (case_id, *_), tr in zip(jobs, truth.compute_many(jobs, workers=1, memo=False), strict=True):
+        entry = entries[case_id]
+        if tr.precision_bits != entry["truth"]["precision_bits"]:
+            mismatches.append(f"{case_id}: precision {tr.precision_bits} != {entry['truth']['precision_bits']}")
+        for name, (expected, bound) in tr.outputs.items():
+            n_truth += 1
+            meta = entry["expected"][name]
+            if sha(expected) != meta["sha256"]:
+                mismatches.append(f"{case_id}/expected.{name}")
+            if sha(bound) != meta["bound_sha256"]:
+                mismatches.append(f"{case_id}/bound.{name}")
+    reference = ReferenceImplementation()
+    failures = []
+    for entry in entries.values():
+        case = load_case(REPO_FIXTURES, entry)
+        failures += [r.message for r in judge("reference", case, reference) if r.status != "pass"]
+    return {
+        "blas_core": blas_core(),
+        "simd": simd_targets(),
+        "inputs_checked": n_inputs,
+        "truth_outputs_checked": n_truth,
+        "mismatches": mismatches,
+        "reference_failures": failures,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1] if len(sys.argv) > 1 else "all")))
