@@ -53,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--case", action="append", default=[])
     b.add_argument("--dir", type=Path, default=REPO_FIXTURES)
     b.add_argument("--repeat", type=int, default=3, help="warm passes after the cold one")
+
+    cov = sub.add_parser("coverage", help="print the coverage matrix (operation x option/regime -> cases) as markdown")
+    cov.add_argument("--catalogue", type=Path, default=REPO_FIXTURES / "catalogue.toml")
+    cov.add_argument("--readme", type=Path, default=None, help="rewrite the generated block of this README instead")
+    cov.add_argument("--check", action="store_true", help="exit 1 if a cell has fewer than 2 cases")
     return parser
 
 
@@ -133,9 +138,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from attention_ports import coverage
+
+    matrix = coverage.build_matrix(args.catalogue)
+    markdown = coverage.render_markdown(matrix)
+    if args.readme is None:
+        print(markdown)
+    else:
+        coverage.update_readme(args.readme, markdown)
+        print(f"updated the coverage block of {args.readme}")
+    problems = matrix.problems()
+    for line in problems:
+        print(f"UNDER-COVERED {line}", file=sys.stderr)
+    return 1 if args.check and problems else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"generate": cmd_generate, "check-fixtures": cmd_check, "verify": cmd_verify, "bench": cmd_bench}
+    handlers = {
+        "generate": cmd_generate,
+        "check-fixtures": cmd_check,
+        "verify": cmd_verify,
+        "bench": cmd_bench,
+        "coverage": cmd_coverage,
+    }
     try:
         return handlers[args.command](args)
     except (FixtureError, CatalogueError) as exc:
