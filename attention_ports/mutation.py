@@ -306,6 +306,8 @@ class MutantResult:
 
     def verdict(self) -> str:
         m = self.mutant
+        if not self.statuses:
+            return f"NOT RUN: {self.messages.get('*', 'no case ran')}"
         if m.expect == "passes":
             bad = [c for c in self.statuses if self.statuses[c] != "pass"]
             return "control passes" if self.ok else f"CONTROL FAILS {len(bad)} case(s)"
@@ -338,6 +340,14 @@ class MutantResult:
 
 
 def run_mutant(mutant: Mutant, case_ids: list[str], fixtures_dir: Path, repo: Path = REPO) -> MutantResult:
+    """Run one mutant; a failure of the kit itself (not of the port) is reported on the mutant."""
+    try:
+        return _run_mutant(mutant, case_ids, fixtures_dir, repo)
+    except Exception as exc:  # one broken run must not hide the other mutants' verdicts
+        return MutantResult(mutant, messages={"*": f"the kit could not run this mutant: {type(exc).__name__}: {exc}"})
+
+
+def _run_mutant(mutant: Mutant, case_ids: list[str], fixtures_dir: Path, repo: Path) -> MutantResult:
     result = MutantResult(mutant)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.id}-") as tmp:
