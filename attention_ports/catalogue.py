@@ -86,7 +86,8 @@ def load_catalogue(path: Path) -> Catalogue:
             f"{path}: a [tolerances] table is not allowed: every bound comes from the error analysis "
             "(attention_ports/bounds.py)"
         )
-    unknown_top = set(raw) - {"format_version", "seed", "case"}
+    # [coverage] declares the matrix cells that do not apply; attention_ports/coverage.py reads it.
+    unknown_top = set(raw) - {"format_version", "seed", "case", "coverage"}
     if unknown_top:
         raise CatalogueError(f"{path}: unknown top-level keys {sorted(unknown_top)}")
     cases = []

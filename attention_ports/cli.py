@@ -11,6 +11,7 @@ from pathlib import Path
 from attention_ports import registry
 from attention_ports.catalogue import CatalogueError
 from attention_ports.fixtures import REPO_FIXTURES, FixtureError, check, generate
+from attention_ports.mutation import MutantError
 from attention_ports.report import accuracy_table, failure_details, summary_lines, table, write_json
 from attention_ports.runner import FAILING, in_ci, run_suite
 
@@ -56,6 +57,25 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--case", action="append", default=[])
     b.add_argument("--dir", type=Path, default=REPO_FIXTURES)
     b.add_argument("--repeat", type=int, default=3, help="warm passes after the cold one")
+
+    cov = sub.add_parser("coverage", help="print the coverage matrix (operation x option/regime -> cases) as markdown")
+    cov.add_argument("--catalogue", type=Path, default=REPO_FIXTURES / "catalogue.toml")
+    cov.add_argument("--readme", type=Path, default=None, help="rewrite the generated block of this README instead")
+    cov.add_argument("--check", action="store_true", help="exit 1 if a cell has fewer than 2 cases")
+
+    mut = sub.add_parser("mutation", help="run the mutation kit: single-bug variants of our R and Julia ports")
+    mut.add_argument("--lang", action="append", choices=["r", "julia"], help="language (repeatable; default: both)")
+    mut.add_argument("--mutant", action="append", default=[], help="mutant id or glob (repeatable; default: all)")
+    mut.add_argument("--dir", type=Path, default=REPO_FIXTURES, help="fixture folder")
+    mut.add_argument("--jobs", type=int, default=None, help="Julia mutants run at once (default: CPU count, max 4)")
+    mut.add_argument("--json", type=Path, default=None, help="write every mutant's kill row (mutant x case) here")
+    mut.add_argument(
+        "--scope",
+        choices=["reachable", "home"],
+        default="reachable",
+        help="cases of every operation the edit reaches (default), or only the nearest one's (faster)",
+    )
+    mut.add_argument("--list", action="store_true", help="list the mutants and the operations each reaches; run none")
     return parser
 
 
@@ -164,12 +184,85 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from attention_ports import coverage
+
+    matrix = coverage.build_matrix(args.catalogue)
+    markdown = coverage.render_markdown(matrix)
+    if args.readme is None:
+        print(markdown)
+    else:
+        coverage.update_readme(args.readme, markdown)
+        print(f"updated the coverage block of {args.readme}")
+    problems = matrix.problems()
+    for line in problems:
+        print(f"UNDER-COVERED {line}", file=sys.stderr)
+    return 1 if args.check and problems else 0
+
+
+def cmd_mutation(args: argparse.Namespace) -> int:
+    import fnmatch
+    import json
+    import os
+
+    from attention_ports import mutation
+
+    langs = args.lang or list(mutation.LANGS)
+    chosen = [
+        m
+        for m in mutation.load_mutants()
+        if m.lang in langs and (not args.mutant or any(fnmatch.fnmatchcase(m.id, g) for g in args.mutant))
+    ]
+    if not chosen:
+        print(f"attention-ports: no mutant matches {' or '.join(args.mutant)}", file=sys.stderr)
+        return 2
+    if args.list:
+        for m in chosen:
+            reach = ", ".join(sorted(mutation.reachable_ops(m)))
+            print(f"{m.id:<34} {m.expect:<7} [{m.bug_class}] {m.file}: {m.description} (reaches {reach})")
+        return 0
+    for lang in sorted({m.lang for m in chosen}):
+        try:  # a runtime that cannot start would "kill" every mutant: refuse instead
+            registry.create(lang).close()
+        except Exception as exc:
+            print(f"attention-ports: {lang} is unavailable, cannot run its mutants: {exc}", file=sys.stderr)
+            return 2
+    jobs = args.jobs or min(4, os.cpu_count() or 1)
+
+    def progress(res: mutation.MutantResult, done: int, total: int) -> None:
+        print(f"[{done}/{total}] {res.mutant.id}: {res.verdict()} ({res.seconds:.1f}s)", file=sys.stderr, flush=True)
+
+    start = time.perf_counter()
+    results = mutation.run_kit(chosen, args.dir, jobs=jobs, progress=progress, scope=args.scope)
+    for line in mutation.report_lines(results):
+        print(line)
+    print(f"{len(results)} mutants in {time.perf_counter() - start:.1f}s")
+    if args.json:
+        doc = {
+            "version": 1,
+            "min_kills": mutation.MIN_KILLS,
+            "summary": mutation.summary(results),
+            "mutants": [r.as_json() for r in results],
+        }
+        from attention_ports.fixtures import atomic_write
+
+        atomic_write(args.json, (json.dumps(doc, indent=1) + "\n").encode())
+    return 0 if all(r.ok for r in results) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"generate": cmd_generate, "check-fixtures": cmd_check, "verify": cmd_verify, "bench": cmd_bench}
+    handlers = {
+        "generate": cmd_generate,
+        "check-fixtures": cmd_check,
+        "verify": cmd_verify,
+        "bench": cmd_bench,
+        "coverage": cmd_coverage,
+        "mutation": cmd_mutation,
+    }
     try:
         return handlers[args.command](args)
-    except (FixtureError, CatalogueError) as exc:
+    except (FixtureError, CatalogueError, MutantError) as exc:
         print(f"attention-ports: {exc}", file=sys.stderr)
         return 2
 
