@@ -346,8 +346,8 @@ def check_header(header: bytes | memoryview, magic: bytes, ident: int, limit: in
     got_magic, got_id, length = HEADER.unpack(header)
     if got_magic != magic:
         raise ProtocolError(f"not a frame (it starts {bytes(header[:12])!r}...)")
-    if got_id != ident:
-        raise ProtocolError(f"a reply to request {got_id}, expected {ident}")
     if length > limit:
         raise ProtocolError(f"a reply of {length} bytes, over the limit of {limit} ({MAX_REPLY_ENV})")
+    if got_id != ident:
+        raise ProtocolError(f"a reply to request {got_id}, expected {ident}")
     return length
