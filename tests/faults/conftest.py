@@ -46,7 +46,7 @@ def _check_runtime(lang: str) -> None:
 
             find_julia()
         else:
-            import rpy2.situation  # noqa: F401 (the R worker embeds R through rpy2)
+            import rpy2.situation  # the R worker embeds R through rpy2
 
             r_home = rpy2.situation.get_r_home()
             if not r_home or not os.path.isdir(os.path.join(r_home, "library", "base")):

@@ -36,9 +36,9 @@ def test_killing_verify_leaves_no_worker_behind(lang: str, how: signal.Signals, 
     """SIGTERM or SIGKILL to ``verify`` while its port hangs: the worker dies too (parent-death signal)."""
     flag = tmp_path / "hanging"
     env = {**os.environ, "FAULT_FLAG": str(flag), "PYTHONPATH": str(ROOT)}
+    argv = ["verify", "--port", f"{lang}={port(lang, 'hangs')}", "--case", SOFTMAX]
     cli = subprocess.Popen(
-        [sys.executable, "-m", "attention_ports.cli", "verify", "--port", f"{lang}={port(lang, 'hangs')}"]
-        + ["--case", SOFTMAX],
+        [sys.executable, "-m", "attention_ports.cli", *argv],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
