@@ -39,7 +39,8 @@ SHORT = {
 }
 
 
-def _check_runtime(lang: str) -> None:
+def check_runtime(lang: str) -> None:
+    """Skip (locally) or fail (CI=true) unless the runtime of ``lang`` can run here."""
     try:
         if lang == "julia":
             from ports.julia_adapter import find_julia
@@ -57,13 +58,13 @@ def _check_runtime(lang: str) -> None:
 
 @pytest.fixture(params=["r", "julia"])
 def lang(request: pytest.FixtureRequest) -> str:
-    _check_runtime(request.param)
+    check_runtime(request.param)
     return request.param
 
 
 @pytest.fixture
 def r() -> str:
-    _check_runtime("r")
+    check_runtime("r")
     return "r"
 
 
