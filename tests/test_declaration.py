@@ -96,7 +96,7 @@ def test_a_declared_operation_the_port_does_not_define_is_an_error(lang: str) ->
 
     with create(lang, DATA / lang / f"declares_undefined{SUFFIX[lang]}") as impl:
         x = np.eye(3)
-        with pytest.raises(ImplementationError, match="self_attention is declared in attention_ports.operations"):
+        with pytest.raises(ImplementationError, match=r"self_attention is declared in attention_ports.operations"):
             impl.run("self_attention", {"x": x, "w_q": x, "w_k": x, "w_v": x}, {})
         impl.run("softmax", {"x": x}, {})
 

@@ -187,7 +187,7 @@ def test_two_consecutive_timeouts_give_up_and_a_success_resets_the_count() -> No
     sup = worker(timeout=0.5)
     try:
         slow = [Arg("k", "seconds", 30.0)]
-        with pytest.raises(ImplementationError, match="timed out after 0.5s in sleep"):
+        with pytest.raises(ImplementationError, match=r"timed out after 0\.5s in sleep"):
             sup.call("sleep", slow)
         sup.call("echo", [])  # a completed call: the count starts again
         with pytest.raises(ImplementationError, match="timed out") as first:
@@ -195,7 +195,7 @@ def test_two_consecutive_timeouts_give_up_and_a_success_resets_the_count() -> No
         assert "giving up" not in str(first.value)
         with pytest.raises(ImplementationError, match="2 in a row: giving up on this port"):
             sup.call("sleep", slow)
-        with pytest.raises(ImplementationError, match="gave up on protocol_worker.py after 2 consecutive timeouts"):
+        with pytest.raises(ImplementationError, match=r"gave up on protocol_worker\.py after 2 consecutive timeouts"):
             sup.call("echo", [])
         assert sup.starts == 3
     finally:
@@ -249,7 +249,7 @@ def test_a_reply_over_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv(protocol.MAX_REPLY_ENV, "1000")
     sup = worker()
     try:
-        with pytest.raises(ImplementationError, match="malformed reply in echo .*over the limit of 1000"):
+        with pytest.raises(ImplementationError, match=r"malformed reply in echo .*over the limit of 1000"):
             sup.call("echo", [Arg("p", "a", np.zeros(200))])
         sup.call("echo", [Arg("p", "a", np.zeros(10))])  # a new worker, within the limit
     finally:
