@@ -608,6 +608,9 @@ class Supervisor:
                     f"{self.name} worker sent a malformed reply in {op} ({exc}); it was killed and the next call "
                     f"starts a new one{out}"
                 ) from None
+            except BaseException:  # KeyboardInterrupt, SystemExit: the call is abandoned, and its worker
+                self._discard()
+                raise
             self._strikes = 0
             self._finished.add(op)
             proc.output.drain()
@@ -653,13 +656,15 @@ class Supervisor:
             if gone or (proc.pidfd is None and proc.exited()):
                 raise _Died
 
+    # Both directions try the system call first and poll only when it would block: a small call
+    # then costs one writev, one poll and two readv.
     def _send(self, proc: _Process, parts: list[Part], deadline: float) -> None:
         views = collections.deque(memoryview(p).cast("B") for p in parts if len(p))
         while views:
-            self._wait(proc, proc.request, select.POLLOUT, deadline)
             try:
                 n = os.writev(proc.request, list(views)[:512])
             except BlockingIOError:
+                self._wait(proc, proc.request, select.POLLOUT, deadline)
                 continue
             except (BrokenPipeError, ConnectionResetError):
                 raise _Died from None
@@ -673,10 +678,10 @@ class Supervisor:
     def _read_into(self, proc: _Process, view: memoryview, deadline: float) -> None:
         got = 0
         while got < len(view):
-            self._wait(proc, proc.reply, select.POLLIN, deadline)
             try:
                 n = os.readv(proc.reply, [view[got:]])
             except BlockingIOError:
+                self._wait(proc, proc.reply, select.POLLIN, deadline)
                 continue
             if n == 0:
                 raise _Died  # the reply pipe closed: the worker is gone

@@ -108,10 +108,12 @@ def _array(spec: ops.OpSpec, name: str, arr: Any, member: str = "") -> np.ndarra
     except KeyError:  # no declared role: passed through as it is
         offset = 0
     if arr.dtype.kind in "iu":
-        return arr.astype(np.int64, copy=False) + offset
-    if arr.dtype.kind == "f":
-        return arr.astype(np.float64, copy=False) + offset
-    raise TypeError(f"r: input {member or name!r} has dtype {arr.dtype}; expected numbers or booleans")
+        arr = arr.astype(np.int64, copy=False)
+    elif arr.dtype.kind == "f":
+        arr = arr.astype(np.float64, copy=False)
+    else:
+        raise TypeError(f"r: input {member or name!r} has dtype {arr.dtype}; expected numbers or booleans")
+    return arr + offset if offset else arr
 
 
 def _option(value: Any) -> Any:

@@ -316,11 +316,14 @@ def serve(files: Sequence[str], request_fd: int, reply_fd: int) -> None:
         return
     _send(reply_fd, 0, protocol.reply_hello(r.version, "\n".join(port.load_warnings), port.declaration()))
     header = bytearray(protocol.HEADER.size)
+    buffer = np.empty(1 << 16, dtype=np.uint8)  # reused: a request's arrays are copied into R before the next
     while _read_exact(request_fd, memoryview(header)):
         magic, ident, length = protocol.HEADER.unpack(header)
         if magic != protocol.REQUEST_MAGIC:
             raise ProtocolError(f"not a request frame: {bytes(header)!r}")
-        body = np.empty(length, dtype=np.uint8)
+        if length > len(buffer):
+            buffer = np.empty(length, dtype=np.uint8)
+        body = buffer[:length]
         if not _read_exact(request_fd, memoryview(body)) and length:
             return
         request = protocol.decode_request(body)

@@ -93,7 +93,7 @@ function flatten!(out::Vector{Pair{String,Array{Float64}}}, prefix::String, x)
             flatten!(out, key(string("#", i)), v)
         end
     elseif x isa AbstractArray{<:Real}
-        push!(out, prefix => Array{Float64}(x))
+        push!(out, prefix => convert(Array{Float64}, x))   # no copy when it already is one
     elseif x isa Real
         push!(out, prefix => fill(Float64(x)))
     else
@@ -268,13 +268,46 @@ end
 # now receives the header: magic, the request's id, the body's length. One frame, one write.
 function send(out::IO, id::UInt64, buf::IOBuffer)
     bytes = take!(buf)
-    n = UInt64(length(bytes) - HEADER_BYTES)
+    write_header!(bytes, id, UInt64(length(bytes) - HEADER_BYTES))
+    write(out, bytes)
+    flush(out)
+end
+
+function write_header!(bytes::Vector{UInt8}, id::UInt64, n::UInt64)
     bytes[1:4] = REPLY_MAGIC
     for i in 1:8                              # little-endian by construction
         bytes[4 + i] = (id >> (8 * (i - 1))) % UInt8
         bytes[12 + i] = (n >> (8 * (i - 1))) % UInt8
     end
-    write(out, bytes)
+    return bytes
+end
+
+# Results go out without being copied into a buffer first: the frame header and each array's
+# description from a small buffer, the arrays' own memory straight to the pipe (IOStream buffers
+# small writes, so a small reply is still one system call).
+function send_results(out::IO, id::UInt64, results)
+    n = 1 + 4 + 4                                  # 'R', empty notes, count
+    for (name, a) in results
+        n += 4 + sizeof(name) + 2 + 8 * ndims(a) + 8 * length(a)
+    end
+    head = IOBuffer()
+    write(head, zeros(UInt8, HEADER_BYTES), UInt8('R'))
+    _writestr(head, "")                            # notes: R's warnings; Julia has none to send
+    write(head, htol(UInt32(length(results))))
+    first = true
+    for (name, a) in results
+        _writestr(head, name)
+        write(head, TAG_ARRAY, UInt8(ndims(a)))
+        for d in size(a)
+            write(head, htol(Int64(d)))
+        end
+        bytes = take!(head)
+        first && write_header!(bytes, id, UInt64(n))
+        first = false
+        write(out, bytes)
+        write(out, a)
+    end
+    first && write(out, write_header!(take!(head), id, UInt64(n)))
     flush(out)
 end
 
@@ -352,8 +385,12 @@ function serve(path::AbstractString)
         op, args, kwargs = read_request(input)
         status, msg, results = call_op(mod, path, op, args, kwargs)
         flush_output()                      # what the port printed goes out before the reply
-        write_reply(start_message(buf), status, msg, results)
-        send(output, id, buf)
+        if status === :ok
+            send_results(output, id, results)
+        else
+            write_reply(start_message(buf), status, msg, results)
+            send(output, id, buf)
+        end
     end
 end
 
@@ -380,6 +417,7 @@ function warm_up()
     op, args, kwargs = read_request(seekstart(io))
     results = flatten!(Pair{String,Array{Float64}}[], "", (x = args[1], y = (z = 1.0,)))
     write_reply(start_message(IOBuffer()), :ok, "", results)
+    send_results(IOBuffer(), zero(UInt64), results)
     return nothing
 end
 

@@ -113,6 +113,7 @@
 # NA (R's missing value) is not NaN (is.nan(NA_real_) is FALSE): a port that returns NA where
 # the contract wants a number, NaN included, gets an error naming the element and its position.
 .ap_check_na <- function(value, name) {
+  if (!anyNA(value)) return(invisible(NULL))  # one pass, nothing allocated (NaN counts here too)
   bad <- if (is.double(value)) is.na(value) & !is.nan(value) else is.na(value)
   if (!any(bad)) return(invisible(NULL))
   at <- which(bad)
