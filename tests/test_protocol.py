@@ -165,19 +165,19 @@ def test_calls_round_trip_and_missing_is_missing() -> None:
 
 
 def test_the_compile_allowance_is_granted_once_per_operation() -> None:
-    sup = worker(timeout=1, allowance=3)
+    sup = worker(timeout=0.5, allowance=1.5)
     try:
-        nap = [Arg("k", "seconds", 1.5)]
-        sup.call("sleep", nap)  # its first call: 1 + 3 s
-        with pytest.raises(ImplementationError, match=r"test worker timed out after 1s in sleep;"):
-            sup.call("sleep", nap)  # compiled on this process: 1 s
-        sup.call("sleep", nap)  # a new process compiles again, and sleep has finished before: 4 s
+        nap = [Arg("k", "seconds", 0.8)]
+        sup.call("sleep", nap)  # its first call: 0.5 + 1.5 s
+        with pytest.raises(ImplementationError, match=r"test worker timed out after 0\.5s in sleep;"):
+            sup.call("sleep", nap)  # compiled on this process: 0.5 s
+        sup.call("sleep", nap)  # a new process compiles again, and sleep has finished before: 2 s
         assert sup.starts == 2
-        # an operation that never finished gets it once: 4 s, then 1 s even on a new process
+        # an operation that never finished gets it once: 2 s, then 0.5 s even on a new process
         forever = [Arg("k", "seconds", 60.0)]
-        with pytest.raises(ImplementationError, match=r"timed out after 4s in sleep_forever;"):
+        with pytest.raises(ImplementationError, match=r"timed out after 2s in sleep_forever;"):
             sup.call("sleep_forever", forever)
-        with pytest.raises(ImplementationError, match=r"timed out after 1s in sleep_forever;"):
+        with pytest.raises(ImplementationError, match=r"timed out after 0\.5s in sleep_forever;"):
             sup.call("sleep_forever", forever)
     finally:
         sup.close()

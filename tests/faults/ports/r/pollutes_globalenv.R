@@ -20,5 +20,6 @@ scaled_dot_product_attention <- function(q, k, v, mask = NULL, scale = NULL) {
   # what this port's functions see first: stats (median) and utils (head) exports, base (rowSums)
   list(output = w %*% v, weights = w, median_is_stats = as.double(identical(median, stats::median)),
        head_is_utils = as.double(identical(head, utils::head)),
-       rowsums_is_base = as.double(identical(rowSums, base::rowSums)))
+       rowsums_is_base = as.double(identical(rowSums, base::rowSums)),
+       sees_the_bridge = as.double(exists(".ap_call")))  # the worker's own R functions: out of reach
 }
