@@ -109,7 +109,7 @@ class Limits:
     """How long a worker may take, and when to give up on it (seconds, calls)."""
 
     timeout: float  # per call
-    compile_allowance: float  # extra for an operation's first call, once per operation
+    compile_allowance: float  # extra for an operation's first call (granted as the module docstring says)
     startup_timeout: float  # from start until the port is loaded and the worker greets
     give_up_after: int = 2  # consecutive timeouts or failed starts
 
@@ -337,10 +337,11 @@ class _Process:
         if self.ended:
             return self.popen.returncode
         self.ended = True
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except OSError:  # nothing left in the group
-            pass
+        if self.pid in _LIVE:  # else shutdown_all killed and reaped it: its pid may be another's now
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except OSError:  # nothing left in the group
+                pass
         try:
             self.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
