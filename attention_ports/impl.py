@@ -43,6 +43,11 @@ class Implementation(abc.ABC):
     """
 
     name: str
+    # The convention for a query whose mask removes every key (ports/CONTRACT.md, "Declaring what a
+    # port offers"): "zeros", "nan" or "uniform". Ours and torch's are "zeros"; a port declares its own.
+    masked_query: str = "zeros"
+    # What the implementation printed during its last ``run`` (a port's captured stdout and stderr).
+    last_output: str = ""
 
     @abc.abstractmethod
     def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:

@@ -17,6 +17,7 @@ from attention_ports import registry
 from attention_ports.compare import compare
 from attention_ports.fixtures import Case, FixtureError, iter_entries, load_case
 from attention_ports.impl import Implementation, ImplementationError, ImplementationUnavailable, OperationMissing
+from attention_ports.supervisor import output_section
 
 # Worst first when a case's outputs disagree in different ways.
 SEVERITY = {"pass": 0, "missing": 1, "unavailable": 2, "fail": 3, "error": 4}
@@ -148,6 +149,11 @@ def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult
                 message="" if cmp.ok else cmp.describe(case.id, name),
             )
         )
+    printed = output_section(impl.last_output)  # what a port printed helps read its wrong numbers
+    if printed:
+        for r in results:
+            if r.status == "fail":
+                r.message += printed
     return results
 
 

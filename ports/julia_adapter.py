@@ -2,33 +2,34 @@
 
 Everything both transports share lives here: finding julia, turning a case into a Julia call
 (positional arrays, then keywords, driven by ``attention_ports.ops``), the layout conversion
-between the reference layout and Julia's feature-major one, and turning the named results back.
+between the reference layout and Julia's feature-major one, the port's declaration, and turning
+the named results back.
 
 Transports (``ATTENTION_PORTS_JULIA_TRANSPORT``):
 
-- ``worker`` (default, ports/julia_worker.py): one long-lived ``julia ports/julia/worker.jl PORT``
-  process per adapter, spoken to over stdin/stdout; per-call timeouts, restarts after a crash.
+- ``worker`` (default, ports/julia_worker.py): one supervised ``julia ports/julia/worker.jl PORT``
+  process per port (attention_ports/supervisor.py: timeouts, restarts, give-up, output capture);
 - ``juliacall`` (ports/julia_juliacall.py): Julia inside this Python process (Julia >= 1.10 with
   PythonCall); no timeouts, since a call cannot be interrupted.
 
-Both send the same request bytes and read the same reply bytes (the wire format at the top of
-ports/julia/worker.jl, encoded and decoded here); the worker over a pipe, juliacall in memory.
-Arrays in them are *Julia-layout* arrays (NumPy arrays whose shape is the Julia shape); only this
-module knows about roles.
+Both send the same request body and read the same reply body (attention_ports/protocol.py); the
+worker over a private pipe, juliacall in memory. Arrays in them are *Julia-layout* arrays (NumPy
+arrays whose shape is the Julia shape); only this module knows about roles. Neither transport
+imports this module, nor the protocol module either of them.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from attention_ports import ops
+from attention_ports import declaration, ops
+from attention_ports.declaration import Declaration
 from attention_ports.impl import (
     Arrays,
     Implementation,
@@ -37,6 +38,8 @@ from attention_ports.impl import (
     OperationMissing,
 )
 from attention_ports.ops import Role
+from attention_ports.protocol import Arg, Reply
+from attention_ports.supervisor import Results
 
 HERE = Path(__file__).resolve().parent
 # Our port: a directory, whose *.jl files (attention.jl, classifier.jl) the worker includes in name
@@ -113,8 +116,13 @@ JuliaValue = Any
 
 
 class Transport(Protocol):
-    def call(self, op: str, args: list[JuliaValue], kwargs: list[tuple[str, JuliaValue]]) -> dict[str, np.ndarray]:
-        """Call ``op`` in the port; return its flattened results in Julia layout ("" = a bare array).
+    last_output: str
+
+    def start(self) -> Reply:
+        """Load the port (once) and return the greeting; raises ImplementationError if it cannot."""
+
+    def call(self, op: str, args: list[Arg]) -> Results:
+        """Call ``op`` in the port; its flattened results in Julia layout ("" = a bare array).
 
         Raises OperationMissing when the port does not define ``op`` and ImplementationError when
         the call fails (the Julia message and backtrace, a crash, a timeout)."""
@@ -138,10 +146,8 @@ def _option(value: Any) -> JuliaValue:
     raise TypeError(f"cannot pass an option of type {type(value).__name__} to Julia: {value!r}")
 
 
-def build_call(
-    spec: ops.OpSpec, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]
-) -> tuple[list[JuliaValue], list[tuple[str, JuliaValue]]]:
-    """The Julia call for a case: positional ``args`` then ``kwargs``, arrays in Julia layout.
+def build_call(spec: ops.OpSpec, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> list[Arg]:
+    """The Julia call for a case: positional arguments, then keywords, arrays in Julia layout.
 
     Positional: the required arrays, then each group (a NamedTuple of its members, e.g. the
     classifier's ``params``), then the positional options (``num_heads``, ``lr``). By keyword:
@@ -164,12 +170,12 @@ def build_call(
     def group(name: str) -> dict[str, JuliaValue]:
         return {m: array(f"{name}.{m}") for m in spec.groups[name] if f"{name}.{m}" in inputs}
 
-    args: list[JuliaValue] = [array(n) for n in spec.args]
-    args += [group(g) for g in spec.groups]
-    args += [_option(options.get(n)) for n in spec.positional_options]
-    kwargs: list[tuple[str, JuliaValue]] = [(n, array(n)) for n in spec.kwargs if n in inputs]
-    kwargs += [(n, _option(options[n])) for n in spec.options if options.get(n) is not None]
-    return args, kwargs
+    args = [Arg("p", n, array(n)) for n in spec.args]
+    args += [Arg("p", g, group(g)) for g in spec.groups]
+    args += [Arg("p", n, _option(options.get(n))) for n in spec.positional_options]
+    args += [Arg("k", n, array(n)) for n in spec.kwargs if n in inputs]
+    args += [Arg("k", n, _option(options[n])) for n in spec.options if options.get(n) is not None]
+    return args
 
 
 def unpack_results(spec: ops.OpSpec, results: Mapping[str, np.ndarray]) -> Arrays:
@@ -200,138 +206,97 @@ def unpack_results(spec: ops.OpSpec, results: Mapping[str, np.ndarray]) -> Array
     return out
 
 
-# --- wire format (ports/julia/worker.jl documents it) -------------------------------------------
-def _str(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack("<I", len(b)) + b
-
-
-def _encode(out: list[bytes | memoryview], value: JuliaValue) -> None:
-    if value is None:
-        out.append(b"N")
-    elif isinstance(value, bool):
-        out.append(b"B\x01" if value else b"B\x00")
-    elif isinstance(value, int):
-        out.append(b"I" + struct.pack("<q", value))
-    elif isinstance(value, float):
-        out.append(b"F" + struct.pack("<d", value))
-    elif isinstance(value, str):
-        out.append(b"S" + _str(value))
-    elif isinstance(value, np.ndarray):
-        integer = np.issubdtype(value.dtype, np.integer)
-        a = np.asarray(value, dtype="<i8" if integer else "<f8")
-        if not a.flags.f_contiguous:
-            a = a.copy(order="F")
-        out.append((b"Z" if integer else b"A") + struct.pack(f"<B{a.ndim}q", a.ndim, *a.shape))
-        out.append(memoryview(a.T.reshape(-1)))  # column-major bytes; a view when F-contiguous
-    elif isinstance(value, dict):
-        out.append(b"T" + struct.pack("<I", len(value)))
-        for key, item in value.items():
-            out.append(_str(key))
-            _encode(out, item)
-    elif isinstance(value, list):
-        out.append(b"V" + struct.pack("<I", len(value)))
-        for item in value:
-            _encode(out, item)
-    else:
-        raise TypeError(f"cannot send a {type(value).__name__} to julia")
-
-
-def encode_request(op: str, args: list[JuliaValue], kwargs: list[tuple[str, JuliaValue]]) -> bytes:
-    out: list[bytes | memoryview] = [b"C", _str(op), struct.pack("<I", len(args))]
-    for value in args:
-        _encode(out, value)
-    out.append(struct.pack("<I", len(kwargs)))
-    for name, value in kwargs:
-        out.append(_str(name))
-        _encode(out, value)
-    return b"".join(out)
-
-
-class Message:
-    """One message from Julia (after its length prefix): a kind byte, then its fields."""
-
-    def __init__(self, data: bytearray):
-        self.data, self.pos = data, 0
-        (self.kind,) = self.take("<c")
-
-    def take(self, fmt: str) -> tuple[Any, ...]:
-        values = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return values
-
-    def str(self) -> str:
-        (n,) = self.take("<I")
-        self.pos += n
-        return self.data[self.pos - n : self.pos].decode(errors="replace")
-
-    def array(self) -> np.ndarray:
-        tag, ndim = self.take("<cB")
-        if tag != b"A":
-            raise ValueError(f"expected an array, got tag {tag!r}")
-        shape = self.take(f"<{ndim}q")
-        count = int(np.prod(shape))
-        a = np.frombuffer(self.data, dtype="<f8", count=count, offset=self.pos) if count else np.empty(0)
-        self.pos += 8 * count
-        return a.reshape(shape, order="F")  # Julia's own shape and memory order: no copy
-
-    def results(self) -> dict[str, np.ndarray]:
-        """A reply's results; raises OperationMissing / ImplementationError for 'M' / 'E'."""
-        if self.kind == b"R":
-            (count,) = self.take("<I")
-            results = {}
-            for _ in range(count):
-                name = self.str()
-                results[name] = self.array()
-            return results
-        if self.kind == b"M":
-            raise OperationMissing(self.str())
-        if self.kind == b"E":
-            raise ImplementationError(self.str())
-        raise ImplementationError(f"julia sent an unknown reply {self.kind!r}")
-
-
 class JuliaImplementation(Implementation):
     """A Julia port run through the transport chosen by ``ATTENTION_PORTS_JULIA_TRANSPORT``.
 
-    ``timeout`` (seconds per call, worker transport only) defaults to
-    ``ATTENTION_PORTS_JULIA_TIMEOUT``; see ports/julia_worker.py for the rest of its settings.
+    ``timeout``, ``compile_allowance``, ``startup_timeout`` (seconds) and ``give_up_after`` (calls)
+    override the worker transport's settings (ports/julia_worker.py; the environment otherwise).
     """
 
     name = "julia"
 
-    def __init__(self, port: Path | None = None, *, transport: str | None = None, timeout: float | None = None):
+    def __init__(
+        self,
+        port: Path | None = None,
+        *,
+        transport: str | None = None,
+        timeout: float | None = None,
+        compile_allowance: float | None = None,
+        startup_timeout: float | None = None,
+        give_up_after: int | None = None,
+    ):
         self.port = Path(port).resolve() if port is not None else PORT
         if not (self.port.is_file() or self.port.is_dir()):
             raise FileNotFoundError(f"julia port file not found: {self.port}")
         kind = transport or os.environ.get(TRANSPORT_ENV) or "worker"
+        self._declaration: Declaration | None = None
         self._transport: Transport
         if kind == "worker":
-            from ports.julia_worker import WorkerTransport
+            from ports import julia_worker
 
-            self._transport = WorkerTransport(find_julia(), WORKER, self.port, timeout=timeout)
+            limits = julia_worker.limits(
+                timeout=timeout,
+                compile_allowance=compile_allowance,
+                startup_timeout=startup_timeout,
+                give_up_after=give_up_after,
+            )
+            self._transport = julia_worker.WorkerTransport(
+                find_julia(), WORKER, self.port, limits=limits, on_hello=self._read_declaration
+            )
         elif kind == "juliacall":
             from ports.julia_juliacall import JuliacallTransport
 
-            self._transport = JuliacallTransport(WORKER, self.port)
+            self._transport = JuliacallTransport(WORKER, self.port, on_hello=self._read_declaration)
         else:
             raise ValueError(f"{TRANSPORT_ENV}={kind!r}: expected 'worker' or 'juliacall'")
+
+    def _read_declaration(self, hello: Reply) -> None:
+        """The port's greeting: check its declaration (a DeclarationError makes it a load error)."""
+        self._declaration = declaration.parse(hello.declaration, str(self.port), "julia")
 
     @property
     def transport(self) -> Transport:
         return self._transport
 
+    @property
+    def declaration(self) -> Declaration:
+        """The port's ``attention_ports`` declaration; loads the port if it has not been yet."""
+        if self._declaration is None:
+            self._transport.start()
+        assert self._declaration is not None
+        return self._declaration
+
+    @property
+    def masked_query(self) -> str:  # type: ignore[override]
+        """The port's convention for a fully masked query (ports/CONTRACT.md); loads the port."""
+        return self.declaration.masked_query
+
+    @property
+    def last_output(self) -> str:  # type: ignore[override]
+        return self._transport.last_output
+
     def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
         spec = ops.get(op)
-        args, kwargs = build_call(spec, inputs, options)
-        return unpack_results(spec, self._transport.call(op, args, kwargs))
+        declared = self.declaration
+        if not declared.offers(op):
+            raise OperationMissing(f"{op} is not among the operations {self.port} declares (attention_ports)")
+        try:
+            results = self._transport.call(op, build_call(spec, inputs, options))
+        except OperationMissing:
+            if declared.operations is None:
+                raise
+            raise ImplementationError(
+                f"{op} is declared in attention_ports.operations of {self.port} but the port defines no {op}"
+            ) from None
+        return unpack_results(spec, results.arrays)
 
     def describe(self) -> str:
         which = "our port" if self.port == PORT else "user port"
         where = str(self.port)
         if self.port.is_dir():
             where += f"/{{{','.join(sorted(f.name for f in self.port.glob('*.jl')))}}}"
-        return f"julia: {which} {where} via {self._transport.describe()}"
+        declared = self._declaration.describe() if self._declaration is not None else ""
+        return f"julia: {which} {where} via {self._transport.describe()}" + (f"; {declared}" if declared else "")
 
     def close(self) -> None:
         self._transport.close()

@@ -1,6 +1,6 @@
 # The Julia side of the port verifier.
 #
-#   julia worker.jl PORT           serve calls on stdin/stdout (ports/julia_worker.py)
+#   julia worker.jl PORT           serve calls (started by attention_ports/supervisor.py)
 #   include("worker.jl")           only define JuliaPortWorker (ports/julia_juliacall.py)
 #
 # A port file is included into a fresh anonymous module, so a file that defines only some of the
@@ -8,23 +8,30 @@
 # ports/julia/src): every *.jl file in it is included, in name order, into that one module.
 # Julia 1.5 to 1.11, standard library only.
 #
-# Wire format, little-endian, one request then one reply at a time:
+# The wire protocol is attention_ports/protocol.py's (its docstring is the specification): frames
+# `magic, u64 id, u64 length, body` on two private pipes whose descriptors the supervisor passes in
+# $ATTENTION_PORTS_WORKER_FDS ("REQUEST,REPLY"); stdout and stderr are the port's own, captured
+# by the supervisor, so nothing a port prints can reach a reply. Bodies, little-endian:
 #   value   := 'N' | 'F' f64 | 'I' i64 | 'B' u8 | 'S' str
 #            | 'A' u8 ndims, ndims x i64 dims, prod(dims) x f64 in column-major order
 #            | 'Z' the same with i64 elements                  (integer arrays: lengths, labels)
+#            | 'K' the same with u8 elements                   (logical arrays)
 #            | 'T' u32 n, n x (str name, value)                (a group, e.g. params -> NamedTuple)
 #            | 'V' u32 n, n x value                            (a list -> Vector; empty: String[])
+#            | 'X' str type                                    (no wire form; declarations only)
 #   str     := u32 nbytes, UTF-8 bytes
-#   request := 'C' str op, u32 npos, npos x value, u32 nkw, nkw x (str name, value)   | 'Q' (quit)
-#   reply   := 'R' u32 n, n x (str name, 'A' array)    results, flattened ("" = a bare array)
-#            | 'M' str message                          the port does not define op
-#            | 'E' str message                          the call threw: message and backtrace
-#   hello   := 'H' str description | 'L' str message   sent once at start-up: loaded / cannot load
-# Every message from the worker (hello or reply) is preceded by its length in bytes as a u64.
+#   request := 'C' str op, u32 n, n x (u8 'p' | 'k', str name, value)   | 'Q' (quit)
+#   reply   := 'R' str notes, u32 n, n x (str name, 'A' array)   results, flattened ("" = a bare array)
+#            | 'M' str message                                  the port does not define op
+#            | 'E' str message                                  the call threw: message and backtrace
+#   hello   := 'H' str description, str notes, value declaration | 'L' str message   (id 0)
 module JuliaPortWorker
 
 const TAG_NOTHING, TAG_F64, TAG_I64, TAG_BOOL, TAG_STR = UInt8('N'), UInt8('F'), UInt8('I'), UInt8('B'), UInt8('S')
 const TAG_ARRAY, TAG_INT_ARRAY, TAG_GROUP, TAG_LIST = UInt8('A'), UInt8('Z'), UInt8('T'), UInt8('V')
+const TAG_BOOL_ARRAY, TAG_UNSUPPORTED = UInt8('K'), UInt8('X')
+const REQUEST_MAGIC, REPLY_MAGIC = Vector{UInt8}("APq1"), Vector{UInt8}("APr1")
+const HEADER_BYTES = 20
 
 # ---------------------------------------------------------------------------------------------
 # Loading a port and calling it: shared by the worker and the juliacall transport.
@@ -86,7 +93,7 @@ function flatten!(out::Vector{Pair{String,Array{Float64}}}, prefix::String, x)
             flatten!(out, key(string("#", i)), v)
         end
     elseif x isa AbstractArray{<:Real}
-        push!(out, prefix => Array{Float64}(x))
+        push!(out, prefix => convert(Array{Float64}, x))   # no copy when it already is one
     elseif x isa Real
         push!(out, prefix => fill(Float64(x)))
     else
@@ -136,6 +143,43 @@ function call_op(mod::Module, path::AbstractString, op::AbstractString, args::Ve
 end
 
 # ---------------------------------------------------------------------------------------------
+# The port's declaration (ports/CONTRACT.md): found here, sent as it is, checked by Python
+# (attention_ports/declaration.py), so both languages get the same checks and messages.
+
+declaration(mod::Module) = find_op(mod, "attention_ports")
+
+# Any Julia value, as far as the wire can carry it; the rest as 'X' with its type's name.
+function write_any(io::IO, x, depth::Int = 0)
+    if x === nothing
+        write(io, TAG_NOTHING)
+    elseif x isa AbstractString || x isa Symbol
+        write(io, TAG_STR)
+        _writestr(io, string(x))
+    elseif x isa Bool
+        write(io, TAG_BOOL, UInt8(x))
+    elseif x isa Integer && typemin(Int64) <= x <= typemax(Int64)
+        write(io, TAG_I64, htol(Int64(x)))
+    elseif x isa AbstractFloat
+        write(io, TAG_F64, htol(Float64(x)))
+    elseif depth < 8 && (x isa NamedTuple || x isa AbstractDict)
+        write(io, TAG_GROUP, htol(UInt32(length(x))))
+        for (k, v) in pairs(x)
+            _writestr(io, string(k))
+            write_any(io, v, depth + 1)
+        end
+    elseif depth < 8 && (x isa AbstractVector || x isa Tuple)
+        write(io, TAG_LIST, htol(UInt32(length(x))))
+        for v in x
+            write_any(io, v, depth + 1)
+        end
+    else
+        write(io, TAG_UNSUPPORTED)
+        _writestr(io, string(typeof(x)))
+    end
+    return io
+end
+
+# ---------------------------------------------------------------------------------------------
 # The wire protocol.
 
 _readstr(io::IO) = String(read!(io, Vector{UInt8}(undef, ltoh(read(io, UInt32)))))
@@ -152,12 +196,13 @@ function read_value(io::IO)
     tag == TAG_I64 && return ltoh(read(io, Int64))
     tag == TAG_BOOL && return read(io, UInt8) != 0x00
     tag == TAG_STR && return _readstr(io)
-    if tag == TAG_ARRAY || tag == TAG_INT_ARRAY
+    if tag == TAG_ARRAY || tag == TAG_INT_ARRAY || tag == TAG_BOOL_ARRAY
         nd = Int(read(io, UInt8))
         dims = Int[ltoh(read(io, Int64)) for _ in 1:nd]
-        a = Array{tag == TAG_ARRAY ? Float64 : Int64}(undef, dims...)
+        T = tag == TAG_ARRAY ? Float64 : tag == TAG_INT_ARRAY ? Int64 : UInt8
+        a = Array{T}(undef, dims...)
         read!(io, a)                     # column-major: the C-order bytes of the transposed array
-        return a
+        return tag == TAG_BOOL_ARRAY ? a .!= 0x00 : a
     end
     if tag == TAG_GROUP
         names, values = Symbol[], Any[]
@@ -182,20 +227,32 @@ function write_array(io::IO, a::Array{Float64})
     write(io, a)
 end
 
+# After the 'C': the operation, then each argument as (mode, name, value); mode 'p' is
+# positional, 'k' a keyword.
 function read_request(io::IO)
     op = _readstr(io)
-    args = Any[read_value(io) for _ in 1:ltoh(read(io, UInt32))]
+    args = Any[]
     kwargs = Pair{Symbol,Any}[]
     for _ in 1:ltoh(read(io, UInt32))
-        name = Symbol(_readstr(io))
-        push!(kwargs, name => read_value(io))
+        mode = read(io, UInt8)
+        name = _readstr(io)
+        value = read_value(io)
+        if mode == UInt8('p')
+            push!(args, value)
+        elseif mode == UInt8('k')
+            push!(kwargs, Symbol(name) => value)
+        else
+            error("protocol error: argument mode $(repr(mode))")
+        end
     end
     return op, args, kwargs
 end
 
 function write_reply(io::IO, status::Symbol, msg::String, results)
     if status === :ok
-        write(io, UInt8('R'), htol(UInt32(length(results))))
+        write(io, UInt8('R'))
+        _writestr(io, "")                 # notes: R's warnings; Julia has none to send
+        write(io, htol(UInt32(length(results))))
         for (name, a) in results
             _writestr(io, name)
             write_array(io, a)
@@ -207,48 +264,133 @@ function write_reply(io::IO, status::Symbol, msg::String, results)
     return io
 end
 
-# One reply, one write: the message was assembled in `buf` after an 8-byte gap (see `start_message`)
-# that now receives its length.
-function send(out::IO, buf::IOBuffer)
+# A frame's body is assembled in `buf` after a gap of HEADER_BYTES (see `start_message`) that
+# now receives the header: magic, the request's id, the body's length. One frame, one write.
+function send(out::IO, id::UInt64, buf::IOBuffer)
     bytes = take!(buf)
-    n = UInt64(length(bytes) - 8)           # little-endian by construction
-    for i in 1:8
-        bytes[i] = (n >> (8 * (i - 1))) % UInt8
-    end
+    write_header!(bytes, id, UInt64(length(bytes) - HEADER_BYTES))
     write(out, bytes)
     flush(out)
 end
 
-start_message(buf::IOBuffer) = (write(buf, zero(UInt64)); buf)
+function write_header!(bytes::Vector{UInt8}, id::UInt64, n::UInt64)
+    bytes[1:4] = REPLY_MAGIC
+    for i in 1:8                              # little-endian by construction
+        bytes[4 + i] = (id >> (8 * (i - 1))) % UInt8
+        bytes[12 + i] = (n >> (8 * (i - 1))) % UInt8
+    end
+    return bytes
+end
 
-"""Serve requests from stdin until it closes or a 'Q' arrives."""
+# Results go out without being copied into a buffer first: the frame header and each array's
+# description from a small buffer, the arrays' own memory straight to the pipe (IOStream buffers
+# small writes, so a small reply is still one system call).
+function send_results(out::IO, id::UInt64, results)
+    n = 1 + 4 + 4                                  # 'R', empty notes, count
+    for (name, a) in results
+        n += 4 + sizeof(name) + 2 + 8 * ndims(a) + 8 * length(a)
+    end
+    head = IOBuffer()
+    write(head, zeros(UInt8, HEADER_BYTES), UInt8('R'))
+    _writestr(head, "")                            # notes: R's warnings; Julia has none to send
+    write(head, htol(UInt32(length(results))))
+    first = true
+    for (name, a) in results
+        _writestr(head, name)
+        write(head, TAG_ARRAY, UInt8(ndims(a)))
+        for d in size(a)
+            write(head, htol(Int64(d)))
+        end
+        bytes = take!(head)
+        first && write_header!(bytes, id, UInt64(n))
+        first = false
+        write(out, bytes)
+        write(out, a)
+    end
+    first && write(out, write_header!(take!(head), id, UInt64(n)))
+    flush(out)
+end
+
+start_message(buf::IOBuffer) = (write(buf, zeros(UInt8, HEADER_BYTES)); buf)
+
+# The request header: its id; nothing if the supervisor closed the pipe.
+function read_header(input::IO)
+    eof(input) && return nothing
+    header = Vector{UInt8}(undef, HEADER_BYTES)
+    unsafe_read(input, pointer(header), HEADER_BYTES)
+    header[1:4] == REQUEST_MAGIC || error("protocol error: not a request frame")
+    id = zero(UInt64)
+    for i in 8:-1:1
+        id = (id << 8) | header[4 + i]
+    end
+    return id
+end
+
+# Die with the supervisor (its docstring says why both steps): be SIGKILLed when the parent
+# dies, and exit now if it already died before the prctl took effect.
+function die_with_parent()
+    Sys.islinux() || return
+    ccall(:prctl, Cint, (Cint, Culong, Culong, Culong, Culong), 1, 9, 0, 0, 0)   # PR_SET_PDEATHSIG, SIGKILL
+    expected = get(ENV, "ATTENTION_PORTS_PARENT_PID", "")
+    if !isempty(expected) && ccall(:getppid, Cint, ()) != parse(Cint, expected)
+        ccall(:_exit, Cvoid, (Cint,), 70)
+    end
+end
+
+# The two protocol descriptors, closed on exec so that a process the port runs cannot inherit them.
+function open_channel()
+    fds = parse.(Cint, split(ENV["ATTENTION_PORTS_WORKER_FDS"], ","))
+    for fd in fds
+        ccall(:fcntl, Cint, (Cint, Cint, Cint), fd, 2, 1)     # F_SETFD, FD_CLOEXEC
+    end
+    return fdio(Int(fds[1])), fdio(Int(fds[2]))
+end
+
+function flush_output()
+    for io in (stdout, stderr)
+        try
+            flush(io)
+        catch
+        end
+    end
+end
+
+"""Serve requests until the request pipe closes or a 'Q' arrives."""
 function serve(path::AbstractString)
-    input, output = stdin, stdout
-    # A port's println must not corrupt the protocol: `stdout` now means stderr.
-    Core.eval(Base, :(stdout = $stderr))
+    die_with_parent()
+    input, output = open_channel()
     buf = IOBuffer()
     mod = try
         load_port(path)
     catch e
+        flush_output()
         write(start_message(buf), UInt8('L'))
         _writestr(buf, "cannot load $path:\n" * error_message(e, catch_backtrace(); stop = ("include", "load_port")))
-        send(output, buf)
+        send(output, zero(UInt64), buf)
         return
     end
     warm_up()
+    flush_output()
     write(start_message(buf), UInt8('H'))
     _writestr(buf, "Julia $(VERSION), port $path")
-    send(output, buf)
+    _writestr(buf, "")
+    write_any(buf, declaration(mod))
+    send(output, zero(UInt64), buf)
     while true
-        eof(input) && return
+        id = read_header(input)
+        id === nothing && return
         kind = read(input, UInt8)
         kind == UInt8('Q') && return
         kind == UInt8('C') || error("protocol error: unknown request $(repr(kind))")
         op, args, kwargs = read_request(input)
         status, msg, results = call_op(mod, path, op, args, kwargs)
-        status === :error && flush(stderr)   # what the port printed goes out before the reply
-        write_reply(start_message(buf), status, msg, results)
-        send(output, buf)
+        flush_output()                      # what the port printed goes out before the reply
+        if status === :ok
+            send_results(output, id, results)
+        else
+            write_reply(start_message(buf), status, msg, results)
+            send(output, id, buf)
+        end
     end
 end
 
@@ -257,23 +399,31 @@ end
 function warm_up()
     io = IOBuffer()
     _writestr(io, "op")
-    write(io, htol(UInt32(2)))
+    write(io, htol(UInt32(5)))
+    write(io, UInt8('p'))
+    _writestr(io, "x")
     write_array(io, zeros(2, 3))
+    write(io, UInt8('p'))
+    _writestr(io, "n")
     write(io, TAG_I64, htol(Int64(1)))
-    write(io, htol(UInt32(3)))
     for (name, tag, v) in (("a", TAG_F64, 1.0), ("b", TAG_BOOL, 0x01))
+        write(io, UInt8('k'))
         _writestr(io, name)
         write(io, tag, v)
     end
+    write(io, UInt8('k'))
     _writestr(io, "c")
     write(io, TAG_NOTHING)
     op, args, kwargs = read_request(seekstart(io))
     results = flatten!(Pair{String,Array{Float64}}[], "", (x = args[1], y = (z = 1.0,)))
     write_reply(start_message(IOBuffer()), :ok, "", results)
+    send_results(IOBuffer(), zero(UInt64), results)
     return nothing
 end
 
-# The juliacall transport: the same request and reply bytes, in memory instead of over a pipe.
+# The juliacall transport: the same request and reply bodies, in memory instead of over a pipe.
+declaration_bytes(mod::Module) = take!(write_any(IOBuffer(), declaration(mod)))
+
 function call_bytes(mod::Module, path::AbstractString, request::AbstractVector{UInt8})
     io = IOBuffer(Vector{UInt8}(request))
     read(io, UInt8) == UInt8('C') || error("protocol error: not a call request")

@@ -1,0 +1,245 @@
+# The R side of the bridge between the R worker (ports/r_worker.py) and a port.
+#
+# ports/r_worker.py sources this file into an environment of its own whose parent is baseenv(),
+# so nothing a port does to the global environment can reach these functions, and calls them
+# through rpy2: .ap_port_env() once, .ap_load() once, .ap_declaration() once, .ap_call() per call.
+# Arrays arrive as R vectors whose memory Python wrote directly (never rpy2's memoryview()), with
+# `dim` already set; results leave the same way, read straight from R's memory.
+
+.ap_call_text <- function(call) {
+  if (is.null(call)) return("")
+  s <- paste(deparse(call, width.cutoff = 120L, nlines = 3L), collapse = " ")
+  if (nchar(s) > 300L) s <- paste0(substr(s, 1L, 297L), "...")
+  s
+}
+
+.ap_condition_text <- function(kind, cond) {
+  call <- .ap_call_text(conditionCall(cond))
+  msg <- conditionMessage(cond)
+  if (nzchar(call)) sprintf("%s in %s : %s", kind, call, msg) else sprintf("%s: %s", kind, msg)
+}
+
+# The calls from the port's entry point down to the one that signalled, one line each.
+.ap_traceback <- function(calls, call) {
+  if (is.null(calls)) return("")
+  start <- Position(function(cl) identical(cl, call), calls, nomatch = 1L)
+  calls <- calls[start:length(calls)]
+  calls <- calls[-length(calls)]  # the calling handler itself
+  n <- length(calls)
+  keep <- if (n > 20L) c(1:5, (n - 9L):n) else seq_len(n)  # deep recursion: both ends only
+  heads <- vapply(calls[keep], function(cl) {
+    s <- deparse(cl, width.cutoff = 100L, nlines = 1L)[1L]
+    if (nchar(s) > 100L) paste0(substr(s, 1L, 97L), "...") else s
+  }, "")
+  if (n > 20L) heads <- c(heads[1:5], sprintf("... %d more calls ...", n - 15L), heads[6:15])
+  heads <- heads[!startsWith(heads, ".handleSimpleError(")]
+  paste(heads, collapse = "\n")
+}
+
+# The environment a port is sourced into. Its parents are the exports of utils, then of stats,
+# then base: the contract's "base/stats/utils", and not the global environment, so a port sees
+# neither what another port or a script left there (a `rowSums` of its own) nor this bridge.
+.ap_port_env <- function() {
+  parent <- baseenv()
+  for (pkg in c("utils", "stats")) {
+    env <- new.env(parent = parent)
+    for (name in getNamespaceExports(pkg)) {
+      assign(name, getExportedValue(pkg, name), envir = env)
+    }
+    attr(env, "name") <- paste0("attention_ports:", pkg)
+    parent <- env
+  }
+  new.env(parent = parent)
+}
+
+# What a call signature (op name + entries) means, parsed once and cached: per argument its
+# kind, mode (p positional, k keyword, g group member), name and group member, and the call to
+# evaluate, e.g. softmax(x) or scaled_dot_product_attention(q, k, v, mask = mask): symbols, so
+# that an error's deparsed call stays short.
+.ap_plans <- new.env(hash = TRUE, parent = emptyenv())
+.ap_plan <- function(entries) {
+  key <- paste(entries, collapse = "\n")
+  plan <- .ap_plans[[key]]
+  if (!is.null(plan)) return(plan)
+  parts <- strsplit(c(entries[-1L]), "\t", fixed = TRUE)
+  field <- function(i) vapply(parts, function(e) if (length(e) >= i) e[[i]] else "", "")
+  plan <- list(kind = field(1L), mode = field(2L), name = field(3L), member = field(4L))
+  in_call <- plan$mode != "g" | plan$kind == "G"
+  args <- lapply(plan$name[in_call], as.name)
+  names(args) <- ifelse(plan$mode[in_call] == "p", "", plan$name[in_call])
+  plan$call <- as.call(c(list(as.name(entries[[1L]])), args))
+  assign(key, plan, envir = .ap_plans)
+  plan
+}
+
+# Bind the arguments as variables of `frame`. Arrays arrive as R vectors with their dim already
+# set; the header holds, per scalar entry, a count then (numbers) the values; strings come in strs.
+.ap_bind <- function(frame, plan, header, strs, arrays) {
+  h <- 1L
+  a <- 1L
+  s <- 1L
+  for (i in seq_along(plan$kind)) {
+    kind <- plan$kind[[i]]
+    name <- plan$name[[i]]
+    if (kind == "G") {  # a parameter collection: a named list, members follow
+      v <- structure(list(), names = character())
+    } else if (kind == "A" || kind == "I" || kind == "L") {
+      v <- arrays[[a]]
+      a <- a + 1L
+      if (kind == "I") storage.mode(v) <- "integer" else if (kind == "L") storage.mode(v) <- "logical"
+    } else {
+      cnt <- as.integer(header[[h]])
+      h <- h + 1L
+      if (kind == "c") {
+        v <- as.character(strs[seq.int(s, length.out = cnt)])  # strs is NULL when no strings: character(0)
+        s <- s + cnt
+      } else {
+        v <- header[seq.int(h, length.out = cnt)]
+        h <- h + cnt
+        if (kind == "i") v <- as.integer(v) else if (kind == "l") v <- as.logical(v)
+      }
+    }
+    if (plan$mode[[i]] == "g" && kind != "G") {  # a group member
+      grp <- get(name, envir = frame, inherits = FALSE)
+      grp[[plan$member[[i]]]] <- v
+      v <- grp
+    }
+    assign(name, v, envir = frame)
+  }
+}
+
+.ap_where <- function(name) if (nzchar(name)) sprintf(" in element '%s'", name) else ""
+
+# NA (R's missing value) is not NaN (is.nan(NA_real_) is FALSE): a port that returns NA where
+# the contract wants a number, NaN included, gets an error naming the element and its position.
+.ap_check_na <- function(value, name) {
+  if (!anyNA(value)) return(invisible(NULL))  # one pass, nothing allocated (NaN counts here too)
+  bad <- if (is.double(value)) is.na(value) & !is.nan(value) else is.na(value)
+  if (!any(bad)) return(invisible(NULL))
+  at <- which(bad)
+  d <- dim(value)
+  pos <- if (length(d) >= 2L) paste(arrayInd(at[[1L]], d), collapse = ", ") else as.character(at[[1L]])
+  what <- if (nzchar(name)) sprintf("element '%s'", name) else "the result"
+  more <- if (length(at) > 1L) sprintf(" (and %d more)", length(at) - 1L) else ""
+  stop(sprintf(paste0("%s holds NA (R's missing value, which is not NaN) at [%s]%s, 1-based; ",
+                      "the contract wants numbers there (NaN where a result is undefined)"),
+               what, pos, more), call. = FALSE)
+}
+
+# Named list of numeric/logical leaves; nested lists become "outer.inner". Every name must be
+# there once: list(output = WRONG, output = RIGHT) would give `$output` the first and a loop the
+# last, so it is refused.
+.ap_flatten <- function(value, name = "") {
+  if (is.list(value)) {
+    nms <- names(value)
+    if (length(value) > 0L && (is.null(nms) || any(is.na(nms) | !nzchar(nms)))) {
+      stop(sprintf(paste0("returned a list with unnamed elements%s; name every element, ",
+                          "e.g. list(output = ..., weights = ...)"), .ap_where(name)), call. = FALSE)
+    }
+    dup <- unique(nms[duplicated(nms)])
+    if (length(dup)) {
+      times <- vapply(dup, function(d) sum(nms == d), 1L)
+      stop(sprintf("returned a list with duplicate names%s: %s; name every element once",
+                   .ap_where(name), paste(sprintf("'%s' (%d times)", dup, times), collapse = ", ")),
+           call. = FALSE)
+    }
+    out <- list()
+    for (i in seq_along(value)) {
+      out <- c(out, .ap_flatten(value[[i]], if (nzchar(name)) paste(name, nms[[i]], sep = ".") else nms[[i]]))
+    }
+    return(out)
+  }
+  if (is.null(value)) return(list())  # NULL = absent, as for arguments
+  if (!(is.numeric(value) || is.logical(value))) {
+    what <- if (nzchar(name)) sprintf("element '%s'", name) else "the result"
+    stop(sprintf("%s is %s (class %s); expected a numeric vector, matrix or array",
+                 what, typeof(value), paste(class(value), collapse = "/")), call. = FALSE)
+  }
+  .ap_check_na(value, name)
+  structure(list(value), names = name)
+}
+
+# list(header, values...): header = c(n outputs, per output its type (0 double, 1 integer,
+# 2 logical), ndim and dims); each value is passed as it is (no copy): Python reads doubles,
+# integers and logicals from R's memory and judges the types against the contract.
+.ap_pack <- function(flat) {
+  header <- length(flat)
+  for (v in flat) {
+    d <- dim(v)
+    if (is.null(d)) d <- if (length(v) == 1L) integer() else length(v)
+    type <- if (is.double(v)) 0L else if (is.integer(v)) 1L else 2L
+    header <- c(header, type, length(d), d)
+  }
+  c(list(as.double(header)), unname(flat))
+}
+
+# list(text, header, values...): text = status, message, warnings, traceback, output names...
+# joined by "\x1e" (one string: one element to fetch).
+.ap_call <- function(env, entries, header, strs, ...) {
+  fname <- entries[[1L]]
+  fn <- get0(fname, envir = env, mode = "function", inherits = FALSE)
+  if (is.null(fn)) return(list("missing\x1e\x1e\x1e"))
+  frame <- new.env(parent = env)
+  plan <- .ap_plan(entries)
+  .ap_bind(frame, plan, header, strs, list(...))
+  call <- plan$call
+  warns <- character()
+  calls <- NULL
+  res <- tryCatch(
+    list(ok = TRUE, value = withCallingHandlers(
+      eval(call, frame),
+      warning = function(w) {
+        warns <<- c(warns, .ap_condition_text("Warning", w))
+        invokeRestart("muffleWarning")
+      },
+      error = function(e) calls <<- sys.calls()
+    )),
+    error = function(e) list(ok = FALSE, cond = e)
+  )
+  warns <- paste(warns, collapse = "\n")
+  if (!res$ok) {
+    text <- c("error", .ap_condition_text("Error", res$cond), warns, .ap_traceback(calls, call))
+    return(list(paste(text, collapse = "\x1e")))
+  }
+  flat <- tryCatch({
+    flat <- .ap_flatten(res$value)
+    dup <- unique(names(flat)[duplicated(names(flat))])  # list(a.b = x, a = list(b = y))
+    if (length(dup)) stop(sprintf("returned the output name(s) %s more than once (after joining nested names with '.')",
+                                  paste(sprintf("'%s'", dup), collapse = ", ")), call. = FALSE)
+    flat
+  }, error = function(e) e)
+  if (inherits(flat, "error")) {
+    return(list(paste(c("badresult", conditionMessage(flat), warns, ""), collapse = "\x1e")))
+  }
+  c(list(paste(c("ok", "", warns, "", names(flat)), collapse = "\x1e")), .ap_pack(flat))
+}
+
+# Source every file into env (quit()/q() are replaced first by an error that says why; a port
+# that calls base::quit() ends only its own worker process, and that case is an error).
+# Returns c(failure, warnings...): failure is "" or the first file's error, naming the file.
+.ap_load <- function(env, files) {
+  no_quit <- function(...) stop("a port must not end the R session: quit()/q() are disabled", call. = FALSE)
+  assign("quit", no_quit, envir = env)
+  assign("q", no_quit, envir = env)
+  warns <- character()
+  for (f in files) {
+    err <- tryCatch(withCallingHandlers(
+      {
+        sys.source(f, envir = env, toplevel.env = env)
+        NULL
+      },
+      warning = function(w) {
+        warns <<- c(warns, paste0(f, ": Warning: ", conditionMessage(w)))
+        invokeRestart("muffleWarning")
+      }), error = function(e) e)
+    if (!is.null(err)) {
+      call <- .ap_call_text(conditionCall(err))
+      return(c(sprintf("%s: %s%s", f, if (nzchar(call)) paste0("error in ", call, " : ") else "",
+                       conditionMessage(err)), warns))
+    }
+  }
+  c("", warns)
+}
+
+# The port's optional declaration (ports/CONTRACT.md), as it is: Python checks it.
+.ap_declaration <- function(env) get0("attention_ports", envir = env, inherits = FALSE)

@@ -1,0 +1,17 @@
+# Fault: softmax never returns (it first leaves a flag file, when asked to, so that a test knows
+# the call has started). Attention works. Used for timeouts, the give-up rule and orphans.
+function softmax(x)
+    flag = get(ENV, "FAULT_FLAG", "")
+    isempty(flag) || touch(flag)
+    while true
+        x = x .+ 0
+    end
+end
+
+function scaled_dot_product_attention(q, k, v; mask = nothing, scale = nothing)
+    s = (k' * q) .* (scale === nothing ? 1 / sqrt(size(q, 1)) : scale)   # (n_k, n_q)
+    mask === nothing || (s = s .+ mask)
+    e = exp.(s .- maximum(s; dims = 1))
+    w = e ./ sum(e; dims = 1)
+    return (output = v * w, weights = w)
+end

@@ -1,0 +1,105 @@
+"""Workers die with us, whatever kills us, and whichever thread started them; nothing is left over."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attention_ports import supervisor
+from attention_ports.registry import create
+from tests.faults.conftest import SOFTMAX, alive, children_of, port, wait_for, zombies
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER_MARK = {"r": "ports.r_worker", "julia": "worker.jl"}
+
+
+def _worker_of(pid: int, lang: str) -> int | None:
+    for child in children_of(pid):
+        try:
+            if WORKER_MARK[lang] in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace"):
+                return child
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"])
+def test_killing_verify_leaves_no_worker_behind(lang: str, how: signal.Signals, tmp_path: Path) -> None:
+    """SIGINT, SIGTERM or SIGKILL to ``verify`` while its port hangs: ``verify`` ends at once, and the
+    worker too (the call is abandoned and its worker killed; or the parent-death signal)."""
+    flag = tmp_path / "hanging"
+    env = {**os.environ, "FAULT_FLAG": str(flag), "PYTHONPATH": str(ROOT)}
+    argv = ["verify", "--port", f"{lang}={port(lang, 'hangs')}", "--case", SOFTMAX]
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "attention_ports.cli", *argv],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(flag.exists, timeout=120, what="the port's softmax started hanging")
+        worker = _worker_of(cli.pid, lang)
+        assert worker is not None and alive(worker)
+        cli.send_signal(how)
+        cli.wait(timeout=10)  # a port in R's `repeat {}` once ignored five SIGINTs
+        wait_for(lambda: not alive(worker), timeout=10, what=f"the {lang} worker {worker} gone")
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+
+
+def test_a_worker_started_from_a_short_lived_thread_outlives_the_thread(lang: str) -> None:
+    """PR_SET_PDEATHSIG fires when the forking *thread* ends: workers are forked by one lasting thread."""
+    x = {"x": np.array([[1.0, 2.0], [3.0, 5.0]])}
+    made: list = []
+
+    def start() -> None:
+        impl = create(lang, port(lang, "hangs"))  # only its softmax hangs; attention works
+        impl.run("scaled_dot_product_attention", {"q": x["x"], "k": x["x"], "v": x["x"]}, {})
+        made.append(impl)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    impl = made[0]
+    try:
+        sup = impl.supervisor if lang == "r" else impl.transport.supervisor
+        pid = sup.pid
+        time.sleep(0.5)  # a SIGKILL from the thread's end would have arrived by now
+        assert alive(pid)
+        impl.run("scaled_dot_product_attention", {"q": x["x"], "k": x["x"], "v": x["x"]}, {})
+        assert sup.pid == pid and sup.starts == 1  # the same worker, never restarted
+    finally:
+        impl.close()
+
+
+def test_shutdown_all_kills_every_worker_at_once(r: str) -> None:
+    impls = [create("r", port("r", "hangs")), create("r", None)]
+    pids = [impl.supervisor.pid for impl in impls]
+    assert all(alive(p) for p in pids)
+    supervisor.shutdown_all()  # what a SIGINT/SIGTERM handler calls
+    for pid in pids:
+        assert not alive(pid)
+        assert not Path(f"/proc/{pid}").exists()  # reaped too
+    for impl in impls:
+        impl.close()  # still safe afterwards
+    assert zombies() == []
+
+
+def test_close_is_prompt_and_final(r: str) -> None:
+    impl = create("r", None)
+    pid = impl.supervisor.pid
+    impl.close()
+    impl.close()
+    assert not Path(f"/proc/{pid}").exists()
+    with pytest.raises(Exception, match="has been closed"):
+        impl.run("softmax", {"x": np.eye(2)}, {})
