@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from attention_ports import registry
+from attention_ports import doctor, installers, registry, skeleton
 from attention_ports.catalogue import CatalogueError
 from attention_ports.fixtures import REPO_FIXTURES, FixtureError, check, generate
 from attention_ports.report import failure_details, summary_lines, table, write_json
@@ -47,6 +47,21 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", type=Path, default=None, help="write the machine-readable report here")
     v.add_argument("--strict", action="store_true", help="missing operations fail too")
     v.add_argument("--quiet", action="store_true", help="no table, only failures and the summary")
+
+    d = sub.add_parser("doctor", help="show which runtimes are available and the command that gets each missing one")
+    d.add_argument(
+        "--need",
+        action="append",
+        choices=doctor.NEEDS,
+        help="require only these (repeatable; default: all); the rest is shown but cannot fail",
+    )
+
+    s = sub.add_parser("setup", help="install a runtime with the packaged installer (R + rpy2, or Julia)")
+    s.add_argument("runtime", choices=installers.RUNTIMES)
+
+    i = sub.add_parser("init", help="write a port skeleton with every contract operation as a stub")
+    i.add_argument("language", choices=skeleton.LANGUAGES)
+    i.add_argument("path", type=Path, help="the new file (.R for r, .jl for julia); never overwritten")
 
     b = sub.add_parser("bench", help="time each implementation over the cases (cold start and warm)")
     b.add_argument("--impl", action="append", choices=DEFAULT_IMPLS)
@@ -135,7 +150,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"generate": cmd_generate, "check-fixtures": cmd_check, "verify": cmd_verify, "bench": cmd_bench}
+    handlers = {
+        "generate": cmd_generate,
+        "check-fixtures": cmd_check,
+        "verify": cmd_verify,
+        "bench": cmd_bench,
+        "doctor": lambda a: doctor.main(a.need),
+        "setup": lambda a: installers.main(a.runtime),
+        "init": lambda a: skeleton.main(a.language, a.path),
+    }
     try:
         return handlers[args.command](args)
     except (FixtureError, CatalogueError) as exc:

@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 
 import reference
+from attention_ports import paths
 from attention_ports.builtin import call_reference
 from attention_ports.catalogue import CaseSpec, Catalogue, Tolerance, build_inputs, load_catalogue
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 CATALOGUE = "catalogue.toml"
-REPO_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+REPO_FIXTURES = paths.FIXTURES  # the shipped fixtures, in a checkout or an installed wheel
 ALLOWED_DTYPES = {"float64", "int64", "bool"}
 
 
