@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
@@ -207,18 +208,23 @@ def _juliacall(julia_version: str | None) -> Check:
 
 
 def run_checks(needs: Iterable[str] = NEEDS) -> list[Check]:
-    wanted = set(needs)
-    checks = [check_python(), check_numpy(), check_fixtures()]
+    """Core checks, then each needed runtime's, probed concurrently (each is a child process)."""
+    wanted = [n for n in NEEDS if n in set(needs)]
     probes: dict[str, Callable[[], Check | tuple[Check, ...]]] = {
         "torch": check_torch,
         "r": check_r,
         "julia": check_julia,
     }
-    for name in NEEDS:
-        got = probes[name]()
-        for c in got if isinstance(got, tuple) else (got,):
-            # A piece nobody asked for is still shown, but it cannot fail the run.
-            checks.append(c if name in wanted else Check(c.name, c.ok, c.detail, c.need, c.fix, optional=True))
+    with ThreadPoolExecutor(max_workers=len(NEEDS)) as pool:
+        futures = {name: pool.submit(probes[name]) for name in wanted}
+        checks = [check_python(), check_numpy(), check_fixtures()]
+        for name in NEEDS:
+            if name not in futures:
+                label = {"r": "R", "julia": "Julia"}.get(name, name)
+                checks.append(Check(label, False, "not checked (not asked for with --need)", name, optional=True))
+                continue
+            got = futures[name].result()
+            checks += got if isinstance(got, tuple) else (got,)
     return checks
 
 

@@ -145,6 +145,7 @@ def port_paths(request: pytest.FixtureRequest) -> dict[str, Path]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    port_paths_of(config)  # a bad --port is a usage error before collection, naming the option
     config.pluginmanager.register(CaseCounter(), "attention-ports-case-counter")
 
 
