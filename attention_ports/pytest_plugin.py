@@ -69,6 +69,11 @@ def port_paths_of(config: pytest.Config) -> dict[str, Path]:
     return ports
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    port_paths_of(config)  # a bad --port is a usage error before collection, naming the option
+    config.pluginmanager.register(CaseCounter(), "attention-ports-case-counter")
+
+
 def selected_impls(config: pytest.Config) -> list[str]:
     """--impl if given (plus the --port names), else only the --port names, else every implementation.
 
@@ -142,11 +147,6 @@ def port_paths(request: pytest.FixtureRequest) -> dict[str, Path]:
 
 
 # --- proof that the cases ran ---------------------------------------------------------------------
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    port_paths_of(config)  # a bad --port is a usage error before collection, naming the option
-    config.pluginmanager.register(CaseCounter(), "attention-ports-case-counter")
 
 
 @dataclass
