@@ -63,7 +63,7 @@ def find_julia() -> str:
     if found is None:
         raise ImplementationUnavailable(
             "julia: no Julia found; set $JULIA, put julia on PATH, or run `attention-ports setup julia` "
-            f"(it unpacks Julia 1.5.3 into {LOCAL_JULIA.parent.parent})"
+            f"(scripts/install_julia.sh: it unpacks Julia 1.5.3 into {LOCAL_JULIA.parent.parent})"
         )
     return found
 
