@@ -36,14 +36,26 @@ def test_the_wheel_carries_the_fixtures_contract_ports_and_installers(installed_
     assert sorted(f for f in fixtures if f"attention_ports/_assets/{f}" not in names) == []
     # Every case file the manifest names is a committed file, so the wheel has them all.
     manifest = json.loads((REPO_FIXTURES / "manifest.json").read_text())
-    listed = {m["file"] for c in manifest["cases"] for group in ("inputs", "expected") for m in c[group].values()}
+    listed = {
+        f
+        for c in manifest["cases"]
+        for group in ("inputs", "expected")
+        for m in c[group].values()
+        for f in (m["file"], m.get("bound_file"))  # fixture format v2 adds an error bound per output
+        if f
+    }
     assert listed and not {f for f in listed if f"attention_ports/_assets/fixtures/{f}" not in names}
     # The contract, our ports and their native runners, the installers.
     port_files = [p for p in committed if p.startswith("ports/") and p.endswith((".R", ".jl", ".md", ".py"))]
     assert "ports/CONTRACT.md" in port_files and "ports/julia/worker.jl" in port_files
     assert sorted(p for p in port_files if p not in names) == []
     assert {"attention_ports/_assets/scripts/install_r.sh", "attention_ports/_assets/scripts/install_julia.sh"} <= names
-    assert "attention_ports/conformance/test_cases.py" in names
+    # Every committed module of the three packages (a new subpackage must be added to pyproject).
+    modules = [
+        p for p in committed if p.endswith(".py") and p.split("/")[0] in {"attention_ports", "ports", "reference"}
+    ]
+    assert "attention_ports/conformance/test_cases.py" in modules
+    assert sorted(p for p in modules if p not in names) == []
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(installed_tool.wheel).read(entry_points).decode()
     assert "[pytest11]\nattention_ports.pytest_plugin = attention_ports.pytest_plugin" in text
