@@ -77,16 +77,43 @@ def test_the_installed_package_finds_its_data_in_site_packages(installed_tool: I
     assert pkg.startswith(site) and ports.startswith(site), "the checkout leaked into the installed venv"
 
 
+# What a port that ignores the scale (user_sdpa_unscaled.*) must get, whatever else the catalogue
+# holds: softmax is untouched; a scale of 1 (sdpa_unscaled) or d_k = 1 (sdpa_L1_d1: 1/sqrt(1))
+# hides the bug; any other scale shows it.
+MUST_PASS_UNSCALED = {"sdpa_unscaled", "sdpa_L1_d1"}
+MUST_FAIL_UNSCALED = {"sdpa_L2_d3", "sdpa_L16_d16", "sdpa_custom_scale"}
+
+
+def case_statuses(report: Path) -> dict[str, set[str]]:
+    """case id -> the statuses of its outputs, from a ``verify --json`` report."""
+    got: dict[str, set[str]] = {}
+    for row in json.loads(report.read_text())["results"]:
+        got.setdefault(row["case"], set()).add(row["status"])
+    return got
+
+
+def assert_verdicts(tool: InstalledTool, lang: str, good: str, bad: str, cwd: Path, **env: str) -> None:
+    """The correct port passes every selected case; the unscaled one fails where the scale matters."""
+    n = _n_cases("softmax_", "sdpa_")
+    argv = ["attention-ports", "verify", "--quiet", *SDPA_GLOBS, "--json"]
+    ok = tool.run([*argv, "good.json", "--port", f"{lang}={good}"], cwd, **env)
+    assert ok.returncode == 0, _out(ok)
+    statuses = case_statuses(cwd / "good.json")
+    assert len(statuses) == n and all(s == {"pass"} for s in statuses.values()), statuses
+    wrong = tool.run([*argv, "bad.json", "--port", f"{lang}={bad}"], cwd, **env)
+    assert wrong.returncode == 1, _out(wrong)
+    statuses = case_statuses(cwd / "bad.json")
+    passed = {c for c, s in statuses.items() if s == {"pass"}}
+    failed = {c for c, s in statuses.items() if "fail" in s}
+    assert {c for c in statuses if c.startswith("softmax_")} | MUST_PASS_UNSCALED <= passed
+    assert MUST_FAIL_UNSCALED <= failed and passed | failed == set(statuses), statuses
+    assert "case 'sdpa_L2_d3', output 'weights'" in wrong.stdout
+
+
 def test_installed_verify_judges_a_users_r_port(installed_tool: InstalledTool, user_dir: Path) -> None:
     for name in ("user_sdpa.R", "user_sdpa_unscaled.R"):
         shutil.copy(USER_PORTS / "r" / name, user_dir / name)
-    n = _n_cases("softmax_", "sdpa_")
-    good = installed_tool.run(["attention-ports", "verify", "--port", "r=user_sdpa.R", *SDPA_GLOBS], user_dir)
-    assert good.returncode == 0, _out(good)
-    assert f"r: {n} pass" in good.stdout
-    bad = installed_tool.run(["attention-ports", "verify", "--port", "r=user_sdpa_unscaled.R", *SDPA_GLOBS], user_dir)
-    assert bad.returncode == 1, _out(bad)
-    assert "r: 15 fail, 16 pass" in bad.stdout and "case 'sdpa_L2_d3', output 'output'" in bad.stdout
+    assert_verdicts(installed_tool, "r", "user_sdpa.R", "user_sdpa_unscaled.R", user_dir)
 
 
 def test_installed_verify_judges_a_users_julia_port(
@@ -94,27 +121,23 @@ def test_installed_verify_judges_a_users_julia_port(
 ) -> None:
     for name in ("user_sdpa.jl", "user_sdpa_unscaled.jl"):
         shutil.copy(USER_PORTS / "julia" / name, user_dir / name)
-    n = _n_cases("softmax_", "sdpa_")
-    argv = ["attention-ports", "verify", *SDPA_GLOBS, "--port"]
-    good = installed_tool.run([*argv, "julia=user_sdpa.jl"], user_dir, JULIA=checkout_julia)
-    assert good.returncode == 0, _out(good)
-    assert f"julia: {n} pass" in good.stdout
-    bad = installed_tool.run([*argv, "julia=user_sdpa_unscaled.jl"], user_dir, JULIA=checkout_julia)
-    assert bad.returncode == 1, _out(bad)
-    assert "julia: 15 fail, 16 pass" in bad.stdout
+    assert_verdicts(installed_tool, "julia", "user_sdpa.jl", "user_sdpa_unscaled.jl", user_dir, JULIA=checkout_julia)
 
 
 def test_installed_pytest_plugin_runs_the_conformance_suite(installed_tool: InstalledTool, user_dir: Path) -> None:
     for name in ("user_sdpa.R", "user_sdpa_unscaled.R"):
         shutil.copy(USER_PORTS / "r" / name, user_dir / name)
     n = _n_cases("softmax_", "sdpa_")
-    argv = ["python", "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "attention_ports.conformance", *SDPA_GLOBS]
-    good = installed_tool.run([*argv, "--port", "r=user_sdpa.R"], user_dir, CI="true")
+    argv = ["python", "-m", "pytest", "-p", "no:cacheprovider", "-rf", "--pyargs", "attention_ports.conformance"]
+    good = installed_tool.run([*argv, *SDPA_GLOBS, "--port", "r=user_sdpa.R"], user_dir, CI="true")
     assert good.returncode == 0, _out(good)
     assert f"{n} passed" in good.stdout and f"fixture cases passed per implementation: r: {n}/{n}" in good.stdout
-    bad = installed_tool.run([*argv, "--port", "r=user_sdpa_unscaled.R"], user_dir, CI="true")
+    bad = installed_tool.run([*argv, *SDPA_GLOBS, "--port", "r=user_sdpa_unscaled.R"], user_dir, CI="true")
     assert bad.returncode == 1, _out(bad)
-    assert "15 failed, 16 passed" in bad.stdout and "test_case[r-sdpa_L2_d3]" in bad.stdout
+    failed = {
+        line.split("::test_case[r-")[1].split("]")[0] for line in bad.stdout.splitlines() if line.startswith("FAILED ")
+    }
+    assert MUST_FAIL_UNSCALED <= failed and not failed & MUST_PASS_UNSCALED, failed
 
 
 def test_installed_setup_and_doctor_use_a_per_user_julia(installed_tool: InstalledTool, tmp_path: Path) -> None:
