@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from attention_ports import doctor, installers, registry, skeleton
+from attention_ports import doctor, installers, paths, registry, skeleton
 from attention_ports.catalogue import CatalogueError
 from attention_ports.fixtures import REPO_FIXTURES, FixtureError, check, generate
 from attention_ports.report import failure_details, summary_lines, table, write_json
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="write the golden fixtures from the catalogue")
-    g.add_argument("--out", type=Path, default=REPO_FIXTURES, help="fixture folder (default: the shipped one)")
+    g.add_argument("--out", type=Path, default=None, help="fixture folder (default: the checkout's fixtures/)")
     g.add_argument("--catalogue", type=Path, default=None, help="catalogue file (default: OUT/catalogue.toml)")
 
     c = sub.add_parser("check-fixtures", help="exit 0 only if every fixture matches its hash and a fresh generation")
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--need",
         action="append",
         choices=doctor.NEEDS,
-        help="require only these (repeatable; default: all); the rest is shown but cannot fail",
+        help="require only these (repeatable; default: all); the others are not probed",
     )
 
     s = sub.add_parser("setup", help="install a runtime with the packaged installer (R + rpy2, or Julia)")
@@ -72,6 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    if args.out is None:
+        if paths.installed():  # never rewrite the fixtures inside site-packages
+            print(
+                "attention-ports generate: an installed package's fixtures are read-only; pass --out DIR",
+                file=sys.stderr,
+            )
+            return 2
+        args.out = REPO_FIXTURES
     rep = generate(args.out, args.catalogue)
     for rel in rep.written:
         print(f"wrote   {args.out / rel}")

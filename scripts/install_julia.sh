@@ -4,8 +4,9 @@
 #   1. $JULIA if set, else a `julia` on PATH: used as they are.
 #   2. Otherwise Debian bullseye's julia 1.5.3 is unpacked into $ATTENTION_PORTS_JULIA_PREFIX,
 #      default .local/julia in the checkout (gitignored; `attention-ports setup julia` from an
-#      installed package passes a per-user data folder), with `apt-get download` + `dpkg -x`, using a private sources
-#      list and private apt state/cache directories: the system's apt configuration is never
+#      installed package passes a per-user data folder), with `apt-get download` + `dpkg -x`,
+#      using a private sources list and private apt state/cache directories (next to PREFIX,
+#      in julia-apt/): the system's apt configuration is never
 #      touched and nothing is installed system-wide except, when missing, libmpfr6,
 #      libgfortran5, libgmp10 and libpcre2-8-0 from the system's own (bookworm) sources.
 #      bullseye's libunwind8 comes along: bookworm's crashes this julia on any thrown error.

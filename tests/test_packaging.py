@@ -75,6 +75,9 @@ def test_the_installed_package_finds_its_data_in_site_packages(installed_tool: I
     assert installed == "True" and contract == "True" and csv == "True"
     assert fixtures.startswith(site) and fixtures.endswith("attention_ports/_assets/fixtures")
     assert pkg.startswith(site) and ports.startswith(site), "the checkout leaked into the installed venv"
+    # The packaged fixtures are read-only: generate wants a folder of its own.
+    gen = installed_tool.run(["attention-ports", "generate"], user_dir)
+    assert gen.returncode == 2 and "an installed package's fixtures are read-only; pass --out DIR" in gen.stderr
 
 
 # What a port that ignores the scale (user_sdpa_unscaled.*) must get, whatever else the catalogue
