@@ -3,7 +3,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup verify test native-tests lint fixtures check-fixtures bench
+.PHONY: setup verify test native-tests lint fixtures check-fixtures bench wheel
 
 setup:
 	@bash scripts/setup.sh
@@ -30,3 +30,10 @@ check-fixtures: setup
 
 bench: setup
 	$(VENV)/bin/attention-ports bench
+
+# The installable tool: dist/attention_ports-<version>-py3-none-any.whl, carrying the fixtures, the
+# contract, the R and Julia ports and the installers (tests/test_packaging.py installs and runs it).
+wheel: setup
+	rm -rf build  # setuptools reuses build/lib: a file deleted from the tree would stay in the wheel
+	$(PY) -m pip wheel --no-deps --disable-pip-version-check -q -w dist .
+	@ls -l dist/attention_ports-*.whl

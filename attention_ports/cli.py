@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from attention_ports import registry
+from attention_ports import doctor, installers, paths, registry, skeleton
 from attention_ports.catalogue import CatalogueError
 from attention_ports.fixtures import REPO_FIXTURES, FixtureError, check, generate
 from attention_ports.mutation import MutantError
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="write the golden fixtures from the catalogue")
-    g.add_argument("--out", type=Path, default=REPO_FIXTURES, help="fixture folder (default: the shipped one)")
+    g.add_argument("--out", type=Path, default=None, help="fixture folder (default: the checkout's fixtures/)")
     g.add_argument("--catalogue", type=Path, default=None, help="catalogue file (default: OUT/catalogue.toml)")
     g.add_argument("--jobs", type=int, default=None, help="worker processes for the exact truth (default: cores, <= 4)")
 
@@ -51,6 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", type=Path, default=None, help="write the machine-readable report here")
     v.add_argument("--strict", action="store_true", help="missing operations fail too")
     v.add_argument("--quiet", action="store_true", help="no table, only failures and the summary")
+
+    d = sub.add_parser("doctor", help="show which runtimes are available and the command that gets each missing one")
+    d.add_argument(
+        "--need",
+        action="append",
+        choices=doctor.NEEDS,
+        help="require only these (repeatable; default: all); the others are not probed",
+    )
+
+    s = sub.add_parser("setup", help="install a runtime with the packaged installer (R + rpy2, or Julia)")
+    s.add_argument("runtime", choices=installers.RUNTIMES)
+
+    i = sub.add_parser("init", help="write a port skeleton with every contract operation as a stub")
+    i.add_argument("language", choices=skeleton.LANGUAGES)
+    i.add_argument("path", type=Path, help="the new file (.R for r, .jl for julia); never overwritten")
 
     b = sub.add_parser("bench", help="time each implementation over the cases (cold start and warm)")
     b.add_argument("--impl", action="append", choices=DEFAULT_IMPLS)
@@ -104,6 +119,14 @@ def progress_bar(what: str) -> Callable[[int, int, str], None]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    if args.out is None:
+        if paths.installed():  # never rewrite the fixtures inside site-packages
+            print(
+                "attention-ports generate: an installed package's fixtures are read-only; pass --out DIR",
+                file=sys.stderr,
+            )
+            return 2
+        args.out = REPO_FIXTURES
     rep = generate(args.out, args.catalogue, workers=args.jobs, progress=progress_bar("generate"))
     for rel in rep.written:
         print(f"wrote   {args.out / rel}")
@@ -259,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         "bench": cmd_bench,
         "coverage": cmd_coverage,
         "mutation": cmd_mutation,
+        "doctor": lambda a: doctor.main(a.need),
+        "setup": lambda a: installers.main(a.runtime),
+        "init": lambda a: skeleton.main(a.language, a.path),
     }
     try:
         return handlers[args.command](args)

@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from attention_ports import truth
+from attention_ports import paths, truth
 from attention_ports.catalogue import CaseSpec, Catalogue, build_inputs, load_catalogue
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 CATALOGUE = "catalogue.toml"
-REPO_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+REPO_FIXTURES = paths.FIXTURES  # the shipped fixtures, in a checkout or an installed wheel
 ALLOWED_DTYPES = {"float64", "int64", "bool"}
 
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from attention_ports import declaration, ops
+from attention_ports import declaration, ops, paths
 from attention_ports.declaration import Declaration
 from attention_ports.impl import (
     Arrays,
@@ -46,7 +46,9 @@ HERE = Path(__file__).resolve().parent
 # order into one module (ports/julia/worker.jl, load_port).
 PORT = HERE / "julia" / "src"
 WORKER = HERE / "julia" / "worker.jl"
-LOCAL_JULIA = HERE.parent / ".local" / "julia" / "bin" / "julia-run"  # written by scripts/install_julia.sh
+# Written by `attention-ports setup julia` (scripts/install_julia.sh): the checkout's .local/julia, or a
+# per-user data folder for an installed package (attention_ports/paths.py).
+LOCAL_JULIA = paths.local_julia()
 TRANSPORT_ENV = "ATTENTION_PORTS_JULIA_TRANSPORT"
 
 
@@ -63,8 +65,8 @@ def find_julia() -> str:
     found = shutil.which("julia")
     if found is None:
         raise ImplementationUnavailable(
-            "julia: no Julia found; set $JULIA, put julia on PATH, or run scripts/install_julia.sh "
-            f"(it unpacks Julia 1.5.3 into {LOCAL_JULIA.parent.parent})"
+            "julia: no Julia found; set $JULIA, put julia on PATH, or run `attention-ports setup julia` "
+            f"(scripts/install_julia.sh: it unpacks Julia 1.5.3 into {LOCAL_JULIA.parent.parent})"
         )
     return found
 

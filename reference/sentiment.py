@@ -16,10 +16,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from attention_ports import paths
 from reference.classifier import CLASS_NAMES
 
 #: The data file: header ``sentiment,sentence``, then seed 003's rows verbatim (trailing spaces kept).
-CSV_PATH: Path = Path(__file__).resolve().parent.parent / "fixtures" / "data" / "sentiment.csv"
+CSV_PATH: Path = paths.SENTIMENT_CSV
 
 #: Sentiment -> 0-based class index (seed 003's one-hot order [negative, neutral, positive]).
 LABEL_INDEX: dict[str, int] = {name: i for i, name in enumerate(CLASS_NAMES)}

@@ -2,13 +2,15 @@
 # Provide a `julia` for the Julia port, and print the command to run it (last line of stdout).
 #
 #   1. $JULIA if set, else a `julia` on PATH: used as they are.
-#   2. Otherwise Debian bullseye's julia 1.5.3 is unpacked project-locally into .local/julia
-#      (repo-relative, gitignored) with `apt-get download` + `dpkg -x`, using a private sources
-#      list and private apt state/cache directories: the system's apt configuration is never
+#   2. Otherwise Debian bullseye's julia 1.5.3 is unpacked into $ATTENTION_PORTS_JULIA_PREFIX,
+#      default .local/julia in the checkout (gitignored; `attention-ports setup julia` from an
+#      installed package passes a per-user data folder), with `apt-get download` + `dpkg -x`,
+#      using a private sources list and private apt state/cache directories (next to PREFIX,
+#      in julia-apt/): the system's apt configuration is never
 #      touched and nothing is installed system-wide except, when missing, libmpfr6,
 #      libgfortran5, libgmp10 and libpcre2-8-0 from the system's own (bookworm) sources.
 #      bullseye's libunwind8 comes along: bookworm's crashes this julia on any thrown error.
-#   3. A wrapper .local/julia/bin/julia-run sets LD_LIBRARY_PATH to the unpacked libraries and
+#   3. A wrapper PREFIX/bin/julia-run sets LD_LIBRARY_PATH to the unpacked libraries and
 #      OPENBLAS_CORETYPE from the CPU flags (unless the user set one), then execs julia.
 #
 # Idempotent: a second run finds the working wrapper and only re-checks it.
@@ -17,7 +19,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PREFIX="$ROOT/.local/julia"
+PREFIX="${ATTENTION_PORTS_JULIA_PREFIX:-$ROOT/.local/julia}"
 WRAPPER="$PREFIX/bin/julia-run"
 CHECK_BLAS=0
 [[ "${1:-}" == "--check-blas" ]] && CHECK_BLAS=1
@@ -77,7 +79,7 @@ if ((${#missing[@]})); then
 fi
 
 # Private apt: bullseye only, own lists and cache, system configuration untouched.
-APTDIR="$ROOT/.local/julia-apt"
+APTDIR="$(dirname "$PREFIX")/julia-apt"
 mkdir -p "$APTDIR/lists/partial" "$APTDIR/cache/archives/partial" "$APTDIR/debs"
 echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bullseye main" \
     >"$APTDIR/sources.list"

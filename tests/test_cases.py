@@ -1,23 +1,10 @@
-"""Every fixture case on every implementation: the heart of the suite."""
+"""Every fixture case on every implementation: the conformance suite's own test, run here.
 
-from __future__ import annotations
+The test lives in the installable package (attention_ports/conformance/test_cases.py) so a team's
+repository runs exactly the same function with ``pytest --pyargs attention_ports.conformance``;
+importing it here collects it as ``tests/test_cases.py::test_case[IMPL-CASE]``.
+"""
 
-import pytest
+from attention_ports.conformance.test_cases import test_case
 
-from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case
-from attention_ports.impl import Implementation
-from attention_ports.runner import judge, repro_command
-
-_ENTRIES = {e["id"]: e for e in iter_entries(REPO_FIXTURES)}
-
-
-def test_case(impl_name: str, case_id: str, impl: Implementation, port_paths) -> None:
-    case = load_case(REPO_FIXTURES, _ENTRIES[case_id])
-    results = judge(impl_name, case, impl)
-    statuses = {r.status for r in results}
-    if statuses == {"missing"} and impl_name in port_paths:
-        pytest.skip(f"{impl_name} port does not define {case.op} (a partial port)")
-    problems = [r.message for r in results if r.status != "pass"]
-    if problems:
-        problems.append(f"repro: {repro_command(impl_name, case_id, port_paths.get(impl_name))}")
-        pytest.fail("\n".join(problems), pytrace=False)
+__all__ = ["test_case"]

@@ -1,0 +1,27 @@
+"""Every fixture case on every selected implementation: the heart of the suite.
+
+Parametrized by the plugin (attention_ports/pytest_plugin.py) as ``test_case[IMPL-CASE]``; this
+repository's own tests/test_cases.py runs this same function.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case
+from attention_ports.impl import Implementation
+from attention_ports.runner import judge, repro_command
+
+_ENTRIES = {e["id"]: e for e in iter_entries(REPO_FIXTURES)}
+
+
+def test_case(impl_name: str, case_id: str, impl: Implementation, port_paths) -> None:
+    case = load_case(REPO_FIXTURES, _ENTRIES[case_id])
+    results = judge(impl_name, case, impl)
+    statuses = {r.status for r in results}
+    if statuses == {"missing"} and impl_name in port_paths:
+        pytest.skip(f"{impl_name} port does not define {case.op} (a partial port)")
+    problems = [r.message for r in results if r.status != "pass"]
+    if problems:
+        problems.append(f"repro: {repro_command(impl_name, case_id, port_paths.get(impl_name))}")
+        pytest.fail("\n".join(problems), pytrace=False)

@@ -1,0 +1,189 @@
+"""The pytest plugin: every fixture case on every implementation, in this repository or a team's own.
+
+Registered as the ``pytest11`` entry point ``attention_ports.pytest_plugin``, so any pytest in an
+environment where attention-ports is installed has these options (where plugin autoloading is off,
+pass ``-p attention_ports.pytest_plugin``):
+
+  --impl NAME      restrict to implementations (repeatable; default: all, or only the --port ones)
+  --port NAME=PATH run a user's R or Julia port under NAME instead of ours
+  --case GLOB      restrict to case ids (repeatable)
+
+A team runs the conformance suite with its own pytest::
+
+    pytest --pyargs attention_ports.conformance --port r=my_port.R
+
+A test that asks for the ``impl_name`` and ``case_id`` fixtures is parametrized over the selected
+implementations and cases (``attention_ports/conformance/test_cases.py`` is the one such test).
+Locally an implementation whose runtime is missing is skipped with the reason; with CI=true it is a
+failure, and a session in which an implementation passed zero of its fixture cases fails: the
+CRAN ``attention`` package's tests never ran and nobody noticed, so a green CI run must prove that
+every implementation it names really passed something.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from attention_ports import registry
+from attention_ports.fixtures import REPO_FIXTURES, iter_entries
+from attention_ports.impl import Implementation, ImplementationUnavailable
+from attention_ports.runner import in_ci
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("attention-ports", "attention-ports conformance suite")
+    group.addoption(
+        "--impl",
+        action="append",
+        default=[],
+        choices=list(registry.IMPLEMENTATIONS),
+        help="implementation to run the fixture cases on (repeatable; default: all, or only the --port ones)",
+    )
+    group.addoption(
+        "--port",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help=f"run a user's port file under NAME ({', '.join(registry.PORTABLE)}) instead of ours",
+    )
+    group.addoption("--case", action="append", default=[], metavar="GLOB", help="case ids to run (repeatable)")
+
+
+def port_paths_of(config: pytest.Config) -> dict[str, Path]:
+    """The ``--port NAME=PATH`` options, checked (a bad one is a usage error naming it)."""
+    from attention_ports.cli import parse_port  # the CLI's own rule, so both read --port the same way
+
+    ports = {}
+    for text in config.getoption("--port"):
+        try:
+            name, path = parse_port(text)
+        except Exception as exc:
+            raise pytest.UsageError(str(exc)) from exc
+        ports[name] = path
+    return ports
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    port_paths_of(config)  # a bad --port is a usage error before collection, naming the option
+    config.pluginmanager.register(CaseCounter(), "attention-ports-case-counter")
+
+
+def selected_impls(config: pytest.Config) -> list[str]:
+    """--impl if given (plus the --port names), else only the --port names, else every implementation.
+
+    As ``attention-ports verify``: a team checking its own port does not need our R, Julia or torch.
+    """
+    chosen = list(config.getoption("--impl"))
+    ports = list(port_paths_of(config))
+    if not chosen:
+        return ports or list(registry.IMPLEMENTATIONS)
+    return chosen + [p for p in ports if p not in chosen]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Implementation first, so ids read test_case[r-seed000_four_words].
+    if "impl_name" in metafunc.fixturenames:
+        metafunc.parametrize("impl_name", selected_impls(metafunc.config))
+    if "case_id" in metafunc.fixturenames:
+        globs = metafunc.config.getoption("--case")
+        ids = [e["id"] for e in iter_entries(REPO_FIXTURES)]
+        if globs:
+            ids = [i for i in ids if any(fnmatch.fnmatchcase(i, g) for g in globs)]
+        metafunc.parametrize("case_id", ids)
+
+
+def require(what: str, reason: str) -> None:
+    """Skip locally, fail under CI=true: CI must never silently lose a runtime."""
+    if in_ci():
+        pytest.fail(f"{what} is required under CI=true: {reason}", pytrace=False)
+    pytest.skip(f"{what} unavailable: {reason}")
+
+
+class _Pool:
+    """One instance per implementation per session: R and Julia start once, not once per case."""
+
+    def __init__(self, ports: dict[str, Path]) -> None:
+        self.ports = ports
+        self.live: dict[str, Implementation | ImplementationUnavailable] = {}
+
+    def get(self, name: str) -> Implementation:
+        if name not in self.live:
+            try:
+                self.live[name] = registry.create(name, self.ports.get(name))
+            except ImplementationUnavailable as exc:
+                self.live[name] = exc
+        got = self.live[name]
+        if isinstance(got, ImplementationUnavailable):
+            require(name, str(got))
+        return got  # type: ignore[return-value]  # require() raised otherwise
+
+    def close(self) -> None:
+        for impl in self.live.values():
+            if isinstance(impl, Implementation):
+                impl.close()
+
+
+@pytest.fixture(scope="session")
+def impl_pool(request: pytest.FixtureRequest) -> Iterator[_Pool]:
+    pool = _Pool(port_paths_of(request.config))
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def impl(impl_pool: _Pool, impl_name: str) -> Implementation:
+    return impl_pool.get(impl_name)
+
+
+@pytest.fixture
+def port_paths(request: pytest.FixtureRequest) -> dict[str, Path]:
+    return port_paths_of(request.config)
+
+
+# --- proof that the cases ran ---------------------------------------------------------------------
+
+
+@dataclass
+class CaseCounter:
+    """Fixture cases collected and passed per implementation in one session, and the CI rule."""
+
+    collected: Counter[str] = field(default_factory=Counter)
+    passed: Counter[str] = field(default_factory=Counter)
+    impl_of: dict[str, str] = field(default_factory=dict)  # test node id -> implementation
+
+    def zero_pass(self) -> list[str]:
+        return [impl for impl, n in self.collected.items() if n and self.passed.get(impl, 0) == 0]
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        for item in session.items:  # after -k/--deselect, so counts are what will actually run
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            if "impl_name" in params and "case_id" in params:  # a fixture case on an implementation
+                self.collected[params["impl_name"]] += 1
+                self.impl_of[item.nodeid] = params["impl_name"]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" and report.passed and report.nodeid in self.impl_of:
+            self.passed[self.impl_of[report.nodeid]] += 1
+
+    def _enforced(self, config: pytest.Config) -> list[str]:
+        return self.zero_pass() if in_ci() and not config.option.collectonly else []
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        # Under CI the run must prove the cases ran, for every implementation whose cases were collected.
+        if self._enforced(session.config):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+        if self.collected:
+            line = ", ".join(f"{impl}: {self.passed.get(impl, 0)}/{n}" for impl, n in self.collected.items())
+            terminalreporter.write_line(f"fixture cases passed per implementation: {line}")
+        if empty := self._enforced(config):
+            terminalreporter.write_line(
+                f"CI: no fixture case passed on {', '.join(empty)}: refusing to call this run green", red=True
+            )

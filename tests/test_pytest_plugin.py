@@ -1,0 +1,91 @@
+"""The pytest plugin (attention_ports/pytest_plugin.py, a ``pytest11`` entry point) as a team's own
+pytest sees it: run from a folder outside this checkout, on the installed conformance package.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOFTMAX_ONLY = ROOT / "tests" / "data" / "ports" / "r" / "softmax_only.R"
+CONFORMANCE = ["--pyargs", "attention_ports.conformance"]
+
+
+def run_pytest(cwd: Path, *args: str, **env: str | None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if k not in {"CI", "PYTEST_ADDOPTS"}}
+    for k, v in env.items():
+        if v is None:
+            full_env.pop(k, None)
+        else:
+            full_env[k] = v
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _out(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_a_team_runs_the_conformance_package_with_its_own_pytest(tmp_path: Path) -> None:
+    proc = run_pytest(tmp_path, *CONFORMANCE, "--impl", "reference", "--case", "seed00*", "-v")
+    assert proc.returncode == 0, _out(proc)
+    assert "test_cases.py::test_case[reference-seed000_four_words] PASSED" in proc.stdout
+    assert "fixture cases passed per implementation: reference: 6/6" in proc.stdout
+    assert "6 passed" in proc.stdout
+
+
+def test_port_selects_only_the_users_implementation(tmp_path: Path) -> None:
+    proc = run_pytest(
+        tmp_path, *CONFORMANCE, "--port", f"r={SOFTMAX_ONLY}", "--case", "softmax_*", "--collect-only", "-q"
+    )
+    assert proc.returncode == 0, _out(proc)
+    ids = [line for line in proc.stdout.splitlines() if "::test_case[" in line]
+    assert ids and all("::test_case[r-softmax_" in i for i in ids), ids
+
+
+def test_a_bad_port_option_is_a_usage_error_naming_the_file(tmp_path: Path) -> None:
+    proc = run_pytest(tmp_path, *CONFORMANCE, "--port", f"r={tmp_path / 'nope.R'}")
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, _out(proc)
+    assert f"--port r: no such file: {tmp_path / 'nope.R'}" in proc.stderr
+
+
+def test_under_ci_an_implementation_that_passed_zero_cases_fails_the_run(tmp_path: Path) -> None:
+    # softmax_only.R defines no attention: every sdpa case is a skipped partial-port case, no test
+    # fails, and yet the port passed nothing. Locally that is green; under CI=true it must not be.
+    args = (*CONFORMANCE, "--port", f"r={SOFTMAX_ONLY}", "--case", "sdpa_L2_d3", "--case", "sdpa_L8_d1")
+    local = run_pytest(tmp_path, *args)
+    assert local.returncode == 0, _out(local)
+    assert "2 skipped" in local.stdout and "fixture cases passed per implementation: r: 0/2" in local.stdout
+    ci = run_pytest(tmp_path, *args, CI="true")
+    assert ci.returncode == pytest.ExitCode.TESTS_FAILED, _out(ci)
+    assert "CI: no fixture case passed on r: refusing to call this run green" in ci.stdout
+    # One passing case is enough proof that the cases ran.
+    one = run_pytest(tmp_path, *args, "--case", "softmax_ties", CI="true")
+    assert one.returncode == 0, _out(one)
+    assert "fixture cases passed per implementation: r: 1/3" in one.stdout
+
+
+def test_the_plugin_loads_by_entry_point_or_by_p_as_one_plugin(tmp_path: Path) -> None:
+    args = (*CONFORMANCE, "--impl", "reference", "--case", "softmax_ties")
+    # Autoloaded (the entry point) and named with -p at the same time: still one plugin.
+    both = run_pytest(tmp_path, "-p", "attention_ports.pytest_plugin", *args)
+    assert both.returncode == 0, _out(both)
+    # Where autoloading is off, -p alone brings it.
+    explicit = run_pytest(tmp_path, "-p", "attention_ports.pytest_plugin", *args, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    assert explicit.returncode == 0, _out(explicit)
+    assert "reference: 1/1" in explicit.stdout
+    # And without either, pytest does not know the options: the entry point is what loads it.
+    neither = run_pytest(tmp_path, *args, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    assert neither.returncode == pytest.ExitCode.USAGE_ERROR and "--impl" in neither.stderr, _out(neither)
