@@ -51,9 +51,9 @@ SUFFIX = {"r": ".R", "julia": ".jl"}
 # softmax gets right).
 WITNESS_OPS = ("softmax", "scaled_dot_product_attention")
 EXPECTATIONS = ("killed", "passes")
-# Runtimes that can serve several ports at once from threads: each Julia port is its own worker
-# process; R is embedded in this process (rpy2) and runs in the calling thread only.
-PARALLEL = {"julia"}
+# Runtimes that can serve several ports at once from threads: each R and each Julia port is its own
+# supervised worker process (attention_ports/supervisor.py).
+PARALLEL = {"julia", "r"}
 
 
 class MutantError(ValueError):

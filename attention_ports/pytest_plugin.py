@@ -149,7 +149,7 @@ def port_paths(request: pytest.FixtureRequest) -> dict[str, Path]:
 # --- proof that the cases ran ---------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)  # a plugin object must stay hashable: pluggy keeps plugins in sets
 class CaseCounter:
     """Fixture cases collected and passed per implementation in one session, and the CI rule."""
 
