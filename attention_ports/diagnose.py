@@ -430,7 +430,11 @@ def _mask_variants(ctx: Context) -> list[tuple[str, np.ndarray | None]]:
         if scale is not None and scale != 1.0 and ctx.case.op != "multi_head_attention":
             variants.append(("the mask is added before the scaling (scaled with the scores)", mask * scale))
     if mask.shape[0] == mask.shape[1] and not np.array_equal(mask, mask.T):
-        variants.append(("the mask is applied transposed (keys x queries)", mask.T))
+        if ctx.language == "Julia":
+            what = "the mask is applied transposed; Julia's mask already is key x query, like its scores"
+        else:
+            what = "the mask is applied transposed (as key x query)"
+        variants.append((what, mask.T))
     return variants
 
 
