@@ -456,10 +456,14 @@ def _check_mask(ctx: Context) -> str:
 
 
 def _constants(case: Case) -> list[tuple[str, float, str]]:
-    """Named constants, simplest first, each with its likely cause."""
+    """Named constants, plain numbers first, each with its likely cause."""
     dims = _dims(case)
     out: list[tuple[str, float, str]] = [
-        ("-1", -1.0, "the sign is flipped (a subtraction reversed, gradient ascent instead of descent)")
+        ("-1", -1.0, "the sign is flipped (a subtraction reversed, gradient ascent instead of descent)"),
+        ("2", 2.0, "a term counted twice (or the 2 of a squared error's derivative)"),
+        ("1/2", 0.5, "a term halved (a mean over two, or a missing factor 2)"),
+        ("sqrt(2)", math.sqrt(2), "a dimension doubled inside a square root (sqrt(d_model) vs sqrt(d_k)?)"),
+        ("1/sqrt(2)", 1 / math.sqrt(2), "a dimension doubled inside a square root (sqrt(d_model) vs sqrt(d_k)?)"),
     ]
     for name, v in dims.items():
         sum_or_mean = name in ("n", "n_q", "n_k")
@@ -487,13 +491,16 @@ def _constants(case: Case) -> list[tuple[str, float, str]]:
                     f"1/sqrt({b}) used where 1/sqrt({a}) is meant (e.g. sqrt(d_k) vs sqrt(d_model))",
                 )
             )
-    out += [
-        ("2", 2.0, "a term counted twice (or the 2 of a squared error's derivative)"),
-        ("1/2", 0.5, "a term halved (a mean over two, or a missing factor 2)"),
-        ("sqrt(2)", math.sqrt(2), "sqrt(2): a dimension doubled inside a square root (sqrt(d_model) vs sqrt(d_k)?)"),
-        ("1/sqrt(2)", 1 / math.sqrt(2), "1/sqrt(2): a dimension doubled inside a square root"),
-    ]
-    return out + [(f"-{n}" if not n.startswith("-") else n[1:], -v, c) for n, v, c in out[1:]]
+    return out + [(f"-{n}", -v, c) for n, v, c in out[1:]]
+
+
+def _sizes_equal_to(case: Case, value: float) -> str:
+    """' (or a size of the case: n_q)': the case's sizes a plain constant could also stand for."""
+    dims = _dims(case)
+    a = abs(value)
+    hits = [k for k, v in dims.items() if math.isclose(a, v) or math.isclose(a, 1 / v)]
+    hits += [f"sqrt({k})" for k, v in dims.items() if math.isclose(a * a, v) or math.isclose(a * a, 1 / v)]
+    return f" (or a size of the case: {', '.join(hits)})" if hits else ""
 
 
 def _check_constant(ctx: Context) -> str:
@@ -513,7 +520,9 @@ def _check_constant(ctx: Context) -> str:
     for name, value, cause in _constants(ctx.case):
         if math.isclose(c, value, rel_tol=1e-9):
             named = name if _is_number(name) else f"{name} = {value:.6g}"
-            return f"{ctx.name()} is {named} times the expected values, element by element: {cause}"
+            plain = name.lstrip("-") in ("2", "1/2", "sqrt(2)", "1/sqrt(2)")
+            also = _sizes_equal_to(ctx.case, value) if plain else ""
+            return f"{ctx.name()} is {named} times the expected values, element by element: {cause}{also}"
     return f"{ctx.name()} is {c:.6g} times the expected values, element by element (a constant factor)"
 
 
