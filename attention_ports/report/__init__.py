@@ -1,6 +1,6 @@
 """The verify report in every format, from one result model (``model.Report``).
 
-- ``table``: the case x implementation table, failure details, summary lines (a terminal);
+- ``text``: the case x implementation table, failure details, summary lines (a terminal);
 - ``json_report``: the machine-readable report (``--json``, format ``REPORT_VERSION``);
 - ``junit``: JUnit XML, one testcase per implementation x case (``--junit``);
 - ``markdown``: a CI step summary (``--markdown``);
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from attention_ports.report import html_page, json_report, junit, markdown
-from attention_ports.report import table as _table
+from attention_ports.report import text as _text
 from attention_ports.report.json_report import REPORT_VERSION
 from attention_ports.report.model import Report
 from attention_ports.runner import CaseResult
@@ -44,7 +44,7 @@ def as_report(results: Results, meta: dict[str, Any] | None = None, strict: bool
 
 
 def table(results: Results) -> str:
-    return _table.table(as_report(results))
+    return _text.table(as_report(results))
 
 
 def accuracy(results: Results) -> dict[str, dict[str, dict[str, float]]]:
@@ -52,7 +52,7 @@ def accuracy(results: Results) -> dict[str, dict[str, dict[str, float]]]:
 
 
 def accuracy_table(results: Results) -> str:
-    return _table.accuracy_table(as_report(results))
+    return _text.accuracy_table(as_report(results))
 
 
 def summary(results: Results) -> dict[str, Any]:
@@ -60,11 +60,11 @@ def summary(results: Results) -> dict[str, Any]:
 
 
 def summary_lines(results: Results) -> str:
-    return _table.summary_lines(as_report(results))
+    return _text.summary_lines(as_report(results))
 
 
 def failure_details(results: Results) -> str:
-    return _table.failure_details(as_report(results))
+    return _text.failure_details(as_report(results))
 
 
 def write_json(results: Results, path: Path, meta: dict[str, Any] | None = None) -> None:

@@ -3,7 +3,7 @@
 A :class:`Report` holds the run's :class:`~attention_ports.runner.CaseResult` list and what every
 format derives from it: the implementations and cases in run order, each cell, the failures, the
 per-implementation counts and worst errors, the verdict, and the implementation x implementation
-agreement. The formats (``table``, ``json_report``, ``junit``, ``markdown``, ``html_page``) only
+agreement. The formats (``text``, ``json_report``, ``junit``, ``markdown``, ``html_page``) only
 render it, so they cannot disagree about a verdict.
 
 The verdict: a case is *failing* when its status is ``fail`` or ``error``, and also when it is
