@@ -8,11 +8,21 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from attention_ports import doctor, installers, paths, registry, skeleton
+from attention_ports import doctor, installers, paths, progress, registry, skeleton
 from attention_ports.catalogue import CatalogueError
 from attention_ports.fixtures import REPO_FIXTURES, FixtureError, check, generate
 from attention_ports.mutation import MutantError
-from attention_ports.report import accuracy_table, failure_details, summary_lines, table, write_json
+from attention_ports.report import (
+    Report,
+    accuracy_table,
+    failure_details,
+    summary_lines,
+    table,
+    write_html,
+    write_json,
+    write_junit,
+    write_markdown,
+)
 from attention_ports.runner import FAILING, in_ci, run_suite
 
 DEFAULT_IMPLS = list(registry.IMPLEMENTATIONS)
@@ -49,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--port", action="append", type=parse_port, default=[], help="NAME=PATH: a user's R or Julia port")
     v.add_argument("--dir", type=Path, default=REPO_FIXTURES, help="fixture folder")
     v.add_argument("--json", type=Path, default=None, help="write the machine-readable report here")
+    v.add_argument("--junit", type=Path, default=None, help="write JUnit XML here (one testcase per impl x case)")
+    v.add_argument("--markdown", type=Path, default=None, help="write a markdown summary here (a CI step summary)")
+    v.add_argument("--html", type=Path, default=None, help="write one self-contained HTML page with heatmaps here")
     v.add_argument("--strict", action="store_true", help="missing operations fail too")
     v.add_argument("--quiet", action="store_true", help="no table, only failures and the summary")
 
@@ -96,26 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def progress_bar(what: str) -> Callable[[int, int, str], None]:
     """A progress bar on stderr (a tty), or a plain line every 10% (a log file, CI)."""
-    start = time.perf_counter()
-    shown = {"decile": -1}
-
-    def show(done: int, total: int, label: str) -> None:
-        elapsed = time.perf_counter() - start
-        if sys.stderr.isatty():
-            width = 30
-            filled = width * done // max(total, 1)
-            bar = "#" * filled + "." * (width - filled)
-            end = "\n" if done == total else ""
-            print(
-                f"\r\033[K{what} [{bar}] {done}/{total} {elapsed:5.1f}s {label}", end=end, file=sys.stderr, flush=True
-            )
-            return
-        decile = 10 * done // max(total, 1)
-        if decile > shown["decile"] or done == total:
-            shown["decile"] = decile
-            print(f"{what}: {done}/{total} cases ({elapsed:.1f} s)", file=sys.stderr, flush=True)
-
-    return show
+    return progress.bar(what)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -154,21 +148,30 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if name not in impls:
             impls.append(name)
     required = set(DEFAULT_IMPLS) if in_ci() else set(args.impl or []) | set(ports)
-    results = run_suite(args.dir, impls, ports, args.case, required=required)
+    results = run_suite(args.dir, impls, ports, args.case, required=required, progress=progress.VerifyProgress())
+    meta = {"implementations": impls, "ports": {k: str(v) for k, v in ports.items()}}
+    report = Report(results, meta, strict=args.strict)
     if not args.quiet:
-        print(table(results))
+        print(table(report))
         print()
-    details = failure_details(results)
+    details = failure_details(report)
     if details:
         print(details)
         print()
-    print(summary_lines(results))
-    acc = accuracy_table(results)
+    print(summary_lines(report))
+    acc = accuracy_table(report)
     if acc:
         print()
         print(acc)
-    if args.json:
-        write_json(results, args.json, {"implementations": impls, "ports": {k: str(v) for k, v in ports.items()}})
+    writers = (
+        (args.json, write_json),
+        (args.junit, write_junit),
+        (args.markdown, write_markdown),
+        (args.html, write_html),
+    )
+    for target, write in writers:
+        if target is not None:
+            write(report, target)
     bad = {r.status for r in results} & (FAILING | ({"missing"} if args.strict else set()))
     # Partial ports are the user's business; an operation missing from a port we ship is our bug.
     ours_missing = sorted({r.impl for r in results if r.status == "missing" and r.impl not in ports})

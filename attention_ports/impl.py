@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from attention_ports.portview import PortView
+
 Arrays = dict[str, np.ndarray]
 
 
@@ -51,7 +53,15 @@ class Implementation(abc.ABC):
 
     @abc.abstractmethod
     def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
-        """Run one operation; raise OperationMissing / ImplementationError, never return junk."""
+        """Run one operation; raise OperationMissing / ImplementationError, never return junk.
+
+        A result may lack some declared outputs (the judge reports each absent one ``missing``
+        and judges the others), but not all of them: that is an ImplementationError."""
+
+    def view(self, op: str, output: str) -> PortView | None:
+        """How the port sees ``output`` of ``op`` (its name, layout, index base) for messages in its
+        own terms; None when its layout and indexing are the reference's (NumPy, 0-based)."""
+        return None
 
     def describe(self) -> str:
         """One line for reports: the runtime and where the port came from."""

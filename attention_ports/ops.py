@@ -25,6 +25,20 @@ class Role(Enum):
     INDEX = "index"  # integer class indices: 0-based in the reference, 1-based in R and Julia
 
 
+# What each axis of an array of a role indexes, in the reference layout; a language with another
+# layout permutes these with the array (failure messages and heatmaps name a port's axes this way).
+AXIS_NAMES: dict[Role, tuple[str, ...]] = {
+    Role.TOKENS: ("token", "feature"),
+    Role.WEIGHT: ("input feature", "output feature"),
+    Role.SCORES: ("query", "key"),
+    Role.HEAD_SCORES: ("head", "query", "key"),
+    Role.VECTOR: ("entry",),
+    Role.SCALAR: (),
+    Role.ROWS: ("vector", "entry"),  # each vector (a reference row) is one softmax
+    Role.INDEX: ("entry",),
+}
+
+
 @dataclass(frozen=True)
 class OpSpec:
     name: str

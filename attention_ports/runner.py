@@ -6,17 +6,18 @@ import fnmatch
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from attention_ports import registry
+from attention_ports import diagnose, registry
 from attention_ports.compare import compare
 from attention_ports.fixtures import Case, FixtureError, iter_entries, load_case
 from attention_ports.impl import Implementation, ImplementationError, ImplementationUnavailable, OperationMissing
+from attention_ports.portview import PortView
 from attention_ports.supervisor import output_section
 
 # Worst first when a case's outputs disagree in different ways.
@@ -28,17 +29,40 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
+# Arrays of a failing output are kept for the reports' heatmaps up to this many elements.
+KEEP_ARRAYS_UP_TO = 1 << 16
+
+
+@dataclass(frozen=True)
+class FailedArrays:
+    """What a failing output's heatmaps need (reference layout; ``view`` turns it into the port's)."""
+
+    expected: np.ndarray
+    actual: np.ndarray
+    bound: np.ndarray
+    view: PortView | None = None
+
+
 @dataclass
 class OutputResult:
     impl: str
     case: str
     output: str
     status: str
-    max_abs_err: float | None = None
+    max_abs_err: float | None = None  # over the elements where both values are finite
     max_rel_err: float | None = None
     max_ulp_err: float | None = None
     err_over_bound: float | None = None  # the worst |actual - expected| / bound: 1 = at the limit
     message: str = ""
+    diagnosis: str = ""  # attention_ports/diagnose.py's line, when a known mistake fits
+    mismatches: int | None = None  # elements beyond their bounds (None: not compared)
+    total: int | None = None
+    nonfinite_mismatches: int = 0  # of which NaN or infinite where the other side is not
+    expected_shape: tuple[int, ...] | None = None
+    actual_shape: tuple[int, ...] | None = None
+    reason: str = ""  # the case's reason and flags (the catalogue's), shown under a failure
+    flags: tuple[str, ...] = ()
+    arrays: FailedArrays | None = field(default=None, repr=False, compare=False)
 
     def as_json(self) -> dict[str, Any]:
         def num(x: float | None) -> float | str | None:
@@ -54,6 +78,14 @@ class OutputResult:
             "max_ulp_err": num(self.max_ulp_err),
             "err_over_bound": num(self.err_over_bound),
             "message": self.message,
+            "diagnosis": self.diagnosis,
+            "mismatches": self.mismatches,
+            "total": self.total,
+            "nonfinite_mismatches": self.nonfinite_mismatches,
+            "expected_shape": list(self.expected_shape) if self.expected_shape is not None else None,
+            "actual_shape": list(self.actual_shape) if self.actual_shape is not None else None,
+            "reason": self.reason,
+            "flags": list(self.flags),
         }
 
 
@@ -90,12 +122,37 @@ class CaseResult:
         vals = [o.err_over_bound for o in self.outputs if o.err_over_bound is not None]
         return max(vals) if vals else None
 
+    @property
+    def reason(self) -> str:
+        return next((o.reason for o in self.outputs if o.reason), "")
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return next((o.flags for o in self.outputs if o.flags), ())
+
+    @property
+    def mismatches(self) -> int | None:
+        vals = [o.mismatches for o in self.outputs if o.mismatches is not None]
+        return sum(vals) if vals else None
+
+    @property
+    def total(self) -> int | None:
+        vals = [o.total for o in self.outputs if o.total is not None]
+        return sum(vals) if vals else None
+
     def message(self) -> str:
         # One line per distinct problem: a fixture error or a raised port is the same for every output.
         lines = list(dict.fromkeys(o.message for o in self.outputs if o.status != "pass" and o.message))
+        if self.status in FAILING and self.reason:
+            lines.append(case_note(self.reason, self.flags))
         if self.repro and self.status in FAILING:
             lines.append(f"  repro: {self.repro}")
         return "\n".join(lines)
+
+
+def case_note(reason: str, flags: tuple[str, ...]) -> str:
+    """The catalogue's word on why a case exists, under its failure (it often explains it)."""
+    return f"  this case: {reason}" + (f" [flags: {', '.join(flags)}]" if flags else "")
 
 
 def repro_command(impl: str, case: str, port: Path | None, fixtures_dir: Path | None = None) -> str:
@@ -114,10 +171,19 @@ def _default_dir() -> Path:
 
 
 def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult]:
-    """Run one case on one implementation; one OutputResult per expected output."""
+    """Run one case on one implementation; one OutputResult per expected output.
+
+    Each output is judged on its own: one the port did not return is ``missing`` while the others
+    are compared. A failing output's message is in the port's own terms (its layout, 1-based
+    positions: ``impl.view``), followed by a diagnosis when a known mistake fits
+    (attention_ports/diagnose.py) and what the port printed.
+    """
 
     def every(status: str, message: str) -> list[OutputResult]:
-        return [OutputResult(impl_name, case.id, name, status, message=message) for name in case.expected]
+        return [
+            OutputResult(impl_name, case.id, name, status, message=message, reason=case.reason, flags=case.flags)
+            for name in case.expected
+        ]
 
     try:
         actual = impl.run(case.op, case.inputs, case.options)
@@ -127,34 +193,48 @@ def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult
         return every("error", f"case {case.id!r}: {impl_name} raised: {exc}")
     except Exception as exc:  # an adapter bug must not stop the run either
         return every("error", f"case {case.id!r}: {impl_name} adapter failed: {type(exc).__name__}: {exc}")
-    results = []
-    for name, exp in case.expected.items():
-        if name not in actual:
-            got = ", ".join(sorted(actual)) or "nothing"
-            message = f"case {case.id!r}, output {name!r}: not returned (returned: {got})"
-            results.append(OutputResult(impl_name, case.id, name, "fail", message=message))
-            continue
-        cmp = compare(exp.array, actual[name], exp.bound)
-        same_shape = cmp.expected_shape == cmp.actual_shape
-        results.append(
-            OutputResult(
-                impl_name,
-                case.id,
-                name,
-                "pass" if cmp.ok else "fail",
-                max_abs_err=cmp.max_abs_err if same_shape else None,
-                max_rel_err=cmp.max_rel_err if same_shape else None,
-                max_ulp_err=cmp.max_ulp_err if same_shape else None,
-                err_over_bound=cmp.max_err_over_bound if same_shape else None,
-                message="" if cmp.ok else cmp.describe(case.id, name),
-            )
-        )
+    results = [judge_output(impl_name, case, name, actual, impl) for name in case.expected]
     printed = output_section(impl.last_output)  # what a port printed helps read its wrong numbers
     if printed:
         for r in results:
             if r.status == "fail":
                 r.message += printed
     return results
+
+
+def judge_output(
+    impl_name: str, case: Case, name: str, returned: Mapping[str, np.ndarray], impl: Implementation
+) -> OutputResult:
+    """One expected output against what the port returned (``returned``: every output it gave)."""
+    res = OutputResult(impl_name, case.id, name, "pass", reason=case.reason, flags=case.flags)
+    if name not in returned:
+        got = ", ".join(sorted(returned)) or "nothing"
+        res.status = "missing"
+        res.message = f"case {case.id!r}, output {name!r}: not returned (the port returned: {got})"
+        return res
+    exp = case.expected[name]
+    actual = np.asarray(returned[name])
+    cmp = compare(exp.array, actual, exp.bound)
+    res.expected_shape, res.actual_shape = cmp.expected_shape, cmp.actual_shape
+    res.total = cmp.total
+    if cmp.expected_shape == cmp.actual_shape:
+        res.max_abs_err, res.max_rel_err = cmp.max_abs_err, cmp.max_rel_err
+        res.max_ulp_err, res.err_over_bound = cmp.max_ulp_err, cmp.max_err_over_bound
+        res.mismatches, res.nonfinite_mismatches = cmp.mismatches, cmp.nonfinite_mismatches
+    else:
+        res.mismatches = cmp.total  # nothing of a wrong shape agrees
+    if cmp.ok:
+        return res
+    res.status = "fail"
+    view = impl.view(case.op, name) if hasattr(impl, "view") else None  # duck-typed implementations too
+    res.message = cmp.describe(case.id, name, view)
+    masked_query = getattr(impl, "masked_query", "zeros")
+    res.diagnosis = diagnose.explain(case, name, actual, view, masked_query, exp.array, exp.bound)
+    if res.diagnosis:
+        res.message += f"\n  diagnosis: {res.diagnosis}"
+    if max(exp.array.size, actual.size) <= KEEP_ARRAYS_UP_TO:
+        res.arrays = FailedArrays(exp.array, np.asarray(actual, dtype=np.float64), exp.bound, view)
+    return res
 
 
 def select_entries(fixtures_dir: Path, case_globs: Iterable[str] = ()) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from attention_ports import declaration, ops, paths
+from attention_ports import declaration, language, ops, paths
 from attention_ports.declaration import Declaration
 from attention_ports.impl import (
     Arrays,
@@ -38,6 +38,7 @@ from attention_ports.impl import (
     OperationMissing,
 )
 from attention_ports.ops import Role
+from attention_ports.portview import PortView
 from attention_ports.protocol import Arg, Reply
 from attention_ports.supervisor import Results
 
@@ -184,8 +185,9 @@ def unpack_results(spec: ops.OpSpec, results: Mapping[str, np.ndarray]) -> Array
     """Julia's flattened results -> the declared outputs in the reference layout.
 
     Nested results arrive as "outer.inner" (the classifier's "grads.w_q"). A bare array stands for
-    an operation's single output; names the operation does not declare are dropped; a declared
-    output that is absent is the port's error.
+    an operation's single output; names the operation does not declare are dropped; declared
+    outputs that are absent are left out (the judge reports each ``missing``), but a result with
+    none of them is the port's error.
     """
     wanted = ", ".join(f"{o} = ..." for o in spec.outputs)
     out: Arrays = {}
@@ -199,12 +201,9 @@ def unpack_results(spec: ops.OpSpec, results: Mapping[str, np.ndarray]) -> Array
             )
         if name in spec.outputs or name.split(".", 1)[0] in spec.outputs:
             out[name] = from_julia(array, spec.role(name))
-    absent = [o for o in spec.outputs if o not in out and not any(k.startswith(o + ".") for k in out)]
-    if absent:
+    if not out:  # some outputs may be absent (each judged missing), but not every one
         got = ", ".join(sorted(results)) or "nothing"
-        raise ImplementationError(
-            f"{spec.name} returned no {', '.join(absent)} (it returned: {got}); expected ({wanted})"
-        )
+        raise ImplementationError(f"{spec.name} returned none of its outputs (it returned: {got}); expected ({wanted})")
     return out
 
 
@@ -264,7 +263,13 @@ class JuliaImplementation(Implementation):
     def declaration(self) -> Declaration:
         """The port's ``attention_ports`` declaration; loads the port if it has not been yet."""
         if self._declaration is None:
-            self._transport.start()
+            try:
+                self._transport.start()
+            except ImplementationError as exc:  # R code given as a Julia port: say so
+                hint = language.hint(self.port, "julia") if self.port.is_file() else ""
+                if not hint:
+                    raise
+                raise ImplementationError(f"{exc}\n{hint}") from None
         assert self._declaration is not None
         return self._declaration
 
@@ -291,6 +296,14 @@ class JuliaImplementation(Implementation):
                 f"{op} is declared in attention_ports.operations of {self.port} but the port defines no {op}"
             ) from None
         return unpack_results(spec, results.arrays)
+
+    def view(self, op: str, output: str) -> PortView | None:
+        """Julia's layout (the permutation :func:`to_julia` applies) and 1-based indices."""
+        try:
+            role = ops.get(op).role(output)
+        except KeyError:
+            return None
+        return PortView("Julia", output, role, lambda ndim: _axes(role, ndim))
 
     def describe(self) -> str:
         which = "our port" if self.port == PORT else "user port"

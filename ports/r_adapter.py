@@ -21,7 +21,9 @@ NaN) in a result, is the worker's error naming the element (and the position of 
 declared output that comes back as an R integer or logical vector is an error naming it (the
 contract wants doubles). A bare array is the single declared output; length-1 results without
 ``dim`` are 0-D (1-D where the op declares a vector role). Outputs the op does not declare are
-passed through as float64.
+passed through as float64. Declared outputs the result lacks are left out (the judge reports each
+``missing`` and judges the rest); a result holding none of them is an error. A file that does not
+load and reads like Julia says so (attention_ports/language.py).
 
 Errors: an R error becomes :class:`ImplementationError` with R's own text, ``Error in <deparsed
 conditionCall> : <conditionMessage>``, followed by the R call stack from the port's entry point
@@ -46,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from attention_ports import declaration, ops
+from attention_ports import declaration, language, ops
 from attention_ports.declaration import Declaration
 from attention_ports.impl import (
     Arrays,
@@ -55,6 +57,7 @@ from attention_ports.impl import (
     ImplementationUnavailable,
     OperationMissing,
 )
+from attention_ports.portview import PortView
 from attention_ports.protocol import Arg, Reply
 from attention_ports.supervisor import Limits, Supervisor
 
@@ -172,7 +175,8 @@ class RImplementation(Implementation):
             hello = self._supervisor.start()
         except ImplementationError as exc:
             self._supervisor.close()
-            raise ImplementationUnavailable(str(exc)) from None
+            hint = language.hint(self.files[0], "r") if len(self.files) == 1 else ""  # Julia given as R?
+            raise ImplementationUnavailable(f"{exc}\n{hint}" if hint else str(exc)) from None
         self._version = hello.message
         for w in filter(None, hello.notes.split("\n")):
             warnings.warn(f"r: loading {w}", RWarning, stacklevel=2)
@@ -196,6 +200,14 @@ class RImplementation(Implementation):
     @property
     def supervisor(self) -> Supervisor:
         return self._supervisor
+
+    def view(self, op: str, output: str) -> PortView | None:
+        """R keeps the reference layout but counts from 1, and nests results in lists (grads$w_q)."""
+        try:
+            role = ops.get(op).role(output)
+        except KeyError:
+            role = None
+        return PortView("R", output.replace(".", "$"), role)
 
     def describe(self) -> str:
         origin = "user port" if self.user_port else "port"
@@ -253,9 +265,11 @@ class RImplementation(Implementation):
             elif role is ops.Role.INDEX:  # 1-based in R, 0-based here
                 arr = arr - 1
             out[name] = arr
-        missing = [o for o in spec.outputs if o not in out and not any(k.startswith(o + ".") for k in out)]
-        if missing:
+        present = [o for o in spec.outputs if o in out or any(k.startswith(o + ".") for k in out)]
+        if not present:  # some outputs may be absent (each judged missing), but not every one
+            wanted = ", ".join(f"{o} = ..." for o in spec.outputs)
             raise ImplementationError(
-                f"{spec.name}: result lacks {', '.join(missing)}; it has {', '.join(out) or 'nothing'}"
+                f"{spec.name}: the result holds none of its outputs (it has: {', '.join(out) or 'nothing'}); "
+                f"expected list({wanted})"
             )
         return out

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One idempotent set-up step for everything: a virtual environment with the package and its dev
-# tools, PyTorch (the independent oracle), R with rpy2, and Julia. Both README commands call it.
+# tools, PyTorch (the independent oracle), R with rpy2, Julia, and Chromium (a test renders the HTML
+# report in it). Both README commands call it.
 #
 # Environment: PYTHON (interpreter for the venv, default python3), VENV (default .venv),
 # ATTENTION_PORTS_TORCH (torch requirement, default torch==2.13.0: the CPU build this machine's
@@ -39,5 +40,8 @@ bash scripts/install_r.sh "$VPY" >&2
 
 say "Julia"
 bash scripts/install_julia.sh >&2
+
+say "Chromium (the HTML report's browser test)"
+bash scripts/install_chromium.sh
 
 say "ready: $("$VPY" -c 'import numpy, torch, rpy2; print("numpy", numpy.__version__, "| torch", torch.__version__, "| rpy2", rpy2.__version__)')"

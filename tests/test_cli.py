@@ -22,7 +22,7 @@ def test_verify_reference_passes_and_writes_the_json_report(tmp_path: Path, caps
     assert out.splitlines()[0].split() == ["case", "reference"]
     assert "seed000_four_words" in out and "reference: 6 pass" in out
     doc = json.loads(report.read_text())
-    assert doc["version"] == 2
+    assert doc["version"] == 3  # attention_ports/report/json_report.py: what changed from 2
     row = doc["results"][0]
     assert set(row) == {
         "impl",
@@ -34,7 +34,16 @@ def test_verify_reference_passes_and_writes_the_json_report(tmp_path: Path, caps
         "max_ulp_err",
         "err_over_bound",
         "message",
+        "diagnosis",
+        "mismatches",
+        "total",
+        "nonfinite_mismatches",
+        "expected_shape",
+        "actual_shape",
+        "reason",
+        "flags",
     }
+    assert set(doc) == {"version", "meta", "results", "summary", "agreement"}
     assert all(0 <= r["err_over_bound"] <= 1 for r in doc["results"])
     assert {r["case"] for r in doc["results"]} == {
         "seed000_four_words",

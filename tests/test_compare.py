@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from attention_ports.compare import compare
+from attention_ports.ops import Role
+from attention_ports.portview import PortView
+from ports import julia_adapter
 
 
 def test_equal_arrays_pass_with_zero_error() -> None:
@@ -93,10 +96,84 @@ def test_infinities_must_match_exactly() -> None:
 def test_shape_mismatch_is_reported_with_both_shapes() -> None:
     c = compare(np.zeros((4, 3)), np.zeros((3, 4)), np.zeros((4, 3)))
     assert not c.ok
-    assert (
-        c.describe("case_x", "output")
-        == "case 'case_x', output 'output': shape mismatch: expected (4, 3), actual (3, 4)"
+    assert c.describe("case_x", "output") == (
+        "case 'case_x', output 'output': shape mismatch: expected (4, 3), actual (3, 4): "
+        "the transpose of the expected shape"
     )
+    c3 = compare(np.zeros((2, 3, 4)), np.zeros((4, 3, 2)), np.zeros((2, 3, 4)))
+    assert c3.describe("c", "o").endswith("actual (4, 3, 2): the expected axes in another order")
+    assert compare(np.zeros(3), np.zeros(4), np.zeros(3)).describe("c", "o").endswith("expected (3,), actual (4,)")
+
+
+def julia_view(name: str, role: Role) -> PortView:
+    """A Julia port's view of an output, with the adapter's own layout rule."""
+    return PortView("Julia", name, role, lambda ndim: julia_adapter._axes(role, ndim))
+
+
+def test_julia_shape_mismatch_reads_in_julias_layout_and_says_transpose() -> None:
+    # Issue 11: a Julia port returned a (7, 2) array where Julia's layout wants (2, 7); it used to
+    # read "shape mismatch: expected (7, 2), actual (2, 7)", backwards to the port's author.
+    expected = np.zeros((7, 2))  # reference layout: 7 softmax vectors of 2 entries
+    returned = julia_adapter.from_julia(np.zeros((7, 2)), Role.ROWS)  # what the port handed back
+    c = compare(expected, returned, np.zeros((7, 2)))
+    assert c.describe("softmax_non_square_7x2", "y", julia_view("y", Role.ROWS)).splitlines() == [
+        "case 'softmax_non_square_7x2', output 'y': shape mismatch: the port returned y as (7, 2); "
+        "Julia's layout wants (2, 7) (entry x vector): the transpose of the expected shape",
+        "  reference layout (NumPy): expected (7, 2), actual (2, 7)",
+    ]
+
+
+def test_julia_positions_are_1_based_in_julias_index_order_reference_second() -> None:
+    # Issue 11: "worst at [2, 0]" meant Julia's weights[1, 3].
+    expected = np.full((3, 2), 0.5)  # n_q = 3 queries, n_k = 2 keys
+    actual = expected.copy()
+    actual[2, 0] = 0.75
+    c = compare(expected, actual, np.full((3, 2), 1e-16))
+    lines = c.describe("sdpa", "weights", julia_view("weights", Role.SCORES)).splitlines()
+    assert lines[1] == "  as the port sees it (Julia, 1-based): weights is (2, 3) (key x query)"
+    assert lines[2].startswith("  worst at weights[1, 3]: expected 0.5, actual 0.75, bound 1e-16")
+    assert lines[-1] == "  reference layout (NumPy, 0-based): shape (3, 2), worst at [2, 0]"
+
+
+def test_r_positions_are_1_based_and_nested_names_use_dollar() -> None:
+    view = PortView("R", "grads$w_q", Role.WEIGHT)
+    expected = np.zeros((2, 3))
+    actual = expected.copy()
+    actual[1, 2] = np.nan
+    c = compare(expected, actual, np.zeros((2, 3)))
+    lines = c.describe("clf", "grads.w_q", view).splitlines()
+    assert lines[1] == "  as the port sees it (R, 1-based): grads$w_q is 2 x 3 (input feature x output feature)"
+    assert lines[2] == "  worst at grads$w_q[2, 3]: expected 0.0, actual nan (NaN where a number is expected)"
+    assert "  NaN found but not expected at grads$w_q[2, 3]" in lines
+
+
+def test_a_nan_mismatch_never_summarises_as_infinite_abs_and_zero_rel_error() -> None:
+    # Issue 11: NaN where numbers are expected summarised as "max abs err inf, max rel err 0".
+    expected = np.array([[0.5, 0.5], [0.0, 0.0]])
+    actual = np.array([[0.5, 0.5 + 2**-53], [np.nan, np.nan]])
+    c = compare(expected, actual, np.full((2, 2), 1e-15))
+    assert not c.ok and c.nonfinite_mismatches == 2 and c.max_err_over_bound == np.inf
+    assert c.max_abs_err == 2**-53  # the finite elements' own error, not inf
+    lines = c.describe("sdpa_fully_masked_row", "weights").splitlines()
+    assert lines[1] == "  worst at [1, 0]: expected 0.0, actual nan (NaN where a number is expected)"
+    assert lines[2] == (
+        "  non-finite mismatches: 2 NaN where a number is expected; where both are finite: "
+        "max abs err 1.11e-16, max rel err 2.22e-16, max 1 ulps, worst 0.111 x bound"
+    )
+    assert "max abs err inf" not in c.describe("c", "o")
+    only_nan = compare(np.array([np.nan, 1.0]), np.array([0.0, np.inf]), np.zeros(2))
+    assert only_nan.summary() == (
+        "non-finite mismatches: 1 number(s) where NaN is expected, 1 infinity/number mismatch(es); "
+        "where both are finite: none"
+    )
+
+
+def test_the_worst_shown_is_a_finite_mismatch_when_there_is_one() -> None:
+    expected = np.array([1.0, 2.0, 3.0])
+    actual = np.array([np.nan, 2.5, 3.0])
+    c = compare(expected, actual, np.full(3, 1e-15))
+    assert c.worst_index == (1,)
+    assert "  NaN found but not expected at [0]" in c.describe("c", "o")
 
 
 def test_many_nan_positions_are_elided() -> None:

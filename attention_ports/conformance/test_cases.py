@@ -10,7 +10,7 @@ import pytest
 
 from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case
 from attention_ports.impl import Implementation
-from attention_ports.runner import judge, repro_command
+from attention_ports.runner import case_note, judge, repro_command
 
 _ENTRIES = {e["id"]: e for e in iter_entries(REPO_FIXTURES)}
 
@@ -23,5 +23,6 @@ def test_case(impl_name: str, case_id: str, impl: Implementation, port_paths) ->
         pytest.skip(f"{impl_name} port does not define {case.op} (a partial port)")
     problems = [r.message for r in results if r.status != "pass"]
     if problems:
+        problems.append(case_note(case.reason, case.flags))  # why the case exists often explains it
         problems.append(f"repro: {repro_command(impl_name, case_id, port_paths.get(impl_name))}")
         pytest.fail("\n".join(problems), pytrace=False)

@@ -104,11 +104,23 @@ function flatten!(out::Vector{Pair{String,Array{Float64}}}, prefix::String, x)
     return out
 end
 
-# The exception and its backtrace down to the port's frames: the worker's own frames, from the
-# first whose function name contains one of `stop`, are noise to a port's author.
+const WORKER_FILE = abspath(@__FILE__)
+
+# A frame of this worker, or of Base.invokelatest's keyword wrapper (essentials.jl's `#inner#`
+# closure), through which every port call goes: not the port's.
+function harness_frame(sf, stop)
+    file = String(sf.file)
+    func = string(sf.func)
+    return (isabspath(file) && abspath(file) == WORKER_FILE) || any(s -> occursin(s, func), stop) ||
+           (basename(file) == "essentials.jl" && occursin("inner", func))
+end
+
+# The exception and its backtrace down to the port's frames: everything from the first harness
+# frame on (this worker's, invokelatest's, or one whose function name contains one of `stop`) is
+# noise to a port's author, and so is a frame of this file before it (flatten! judging a result).
 function error_message(e, bt; stop = ("invokelatest", "call_op"))
     frames = stacktrace(bt)
-    cut = findfirst(sf -> any(s -> occursin(s, string(sf.func)), stop), frames)
+    cut = findfirst(sf -> harness_frame(sf, stop), frames)
     cut === nothing || (frames = frames[1:(cut - 1)])
     io = IOBuffer()
     showerror(io, e)

@@ -19,13 +19,19 @@
   if (nzchar(call)) sprintf("%s in %s : %s", kind, call, msg) else sprintf("%s: %s", kind, msg)
 }
 
-# The calls from the port's entry point down to the one that signalled, one line each.
-.ap_traceback <- function(calls, call) {
+# The calls from the port's entry point down to the one that signalled, one line each. This
+# bridge's own frames (tryCatch, withCallingHandlers, doTryCatch, eval(call, frame), ...) are cut:
+# everything up to the last `eval(call, frame)` (ours evaluates the port's entry call), and the
+# calling handler at the end. When nothing is left, the entry call itself failed (an argument the
+# port's function does not take): .ap_call then shows the port's signature instead.
+.ap_traceback <- function(calls) {
   if (is.null(calls)) return("")
-  start <- Position(function(cl) identical(cl, call), calls, nomatch = 1L)
-  calls <- calls[start:length(calls)]
+  ours <- quote(eval(call, frame))
+  last <- Position(function(cl) identical(cl, ours), calls, right = TRUE, nomatch = 0L)
+  if (last > 0L) calls <- calls[-seq_len(last)]
   calls <- calls[-length(calls)]  # the calling handler itself
   n <- length(calls)
+  if (n == 0L) return("")
   keep <- if (n > 20L) c(1:5, (n - 9L):n) else seq_len(n)  # deep recursion: both ends only
   heads <- vapply(calls[keep], function(cl) {
     s <- deparse(cl, width.cutoff = 100L, nlines = 1L)[1L]
@@ -34,6 +40,15 @@
   if (n > 20L) heads <- c(heads[1:5], sprintf("... %d more calls ...", n - 15L), heads[6:15])
   heads <- heads[!startsWith(heads, ".handleSimpleError(")]
   paste(heads, collapse = "\n")
+}
+
+# "q, k, v, attn_mask = NULL, scale = NULL": a function's arguments as its author wrote them.
+.ap_signature <- function(fn) {
+  f <- formals(fn)
+  parts <- vapply(names(f), function(n) {
+    if (identical(f[[n]], quote(expr = ))) n else paste(n, "=", deparse(f[[n]], nlines = 1L)[1L])
+  }, "")
+  paste(parts, collapse = ", ")
 }
 
 # The environment a port is sourced into. Its parents are the exports of utils, then of stats,
@@ -198,7 +213,13 @@
   )
   warns <- paste(warns, collapse = "\n")
   if (!res$ok) {
-    text <- c("error", .ap_condition_text("Error", res$cond), warns, .ap_traceback(calls, call))
+    message <- .ap_condition_text("Error", res$cond)
+    trace <- .ap_traceback(calls)
+    if (!nzchar(trace) && identical(conditionCall(res$cond), call)) {  # the call never got in
+      message <- sprintf("%s\nthe port defines %s <- function(%s); the suite calls %s (ports/CONTRACT.md)",
+                         message, fname, .ap_signature(fn), .ap_call_text(call))
+    }
+    text <- c("error", message, warns, trace)
     return(list(paste(text, collapse = "\x1e")))
   }
   flat <- tryCatch({

@@ -1,0 +1,200 @@
+"""Inline SVG heatmaps of a failing output: expected, actual, and the error as a fraction of its bound.
+
+Self-contained (no script, no external asset) so the HTML report opens anywhere, CI artifact
+viewers included. Matrices are shown in the port's layout (a Julia port's weights key x query),
+each cell titled with its position as the port indexes it. Larger arrays are drawn in blocks
+(``MAX_CELLS`` per axis); a block shows NaN if any element in it is NaN, its mean value otherwise,
+and for the error the worst element in it, so a single bad element stays visible.
+
+Colours: values on one diverging scale shared by expected and actual (blue negative, white zero,
+red positive; grey NaN, black an infinity); the error green up to its bound (``<= 1``: agrees),
+then yellow to dark red on a log scale up to ``1e16`` times the bound, purple for a NaN or an
+infinity where a number belongs.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+MAX_CELLS = 48
+MIN_WIDTH = 190  # room for the title and the axis label under a narrow array
+NAN_COLOUR = "#9e9e9e"
+INF_COLOUR = "#000000"
+NONFINITE_ERROR = "#7b1fa2"
+
+
+def _diverging(x: float, scale: float) -> str:
+    if math.isnan(x):
+        return NAN_COLOUR
+    if math.isinf(x):
+        return INF_COLOUR
+    t = max(-1.0, min(1.0, x / scale)) if scale > 0 else 0.0
+    if t >= 0:  # white -> red
+        r, g, b = 255, int(255 - 200 * t), int(255 - 210 * t)
+    else:  # white -> blue
+        r, g, b = int(255 + 210 * t), int(255 + 150 * t), 255
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def _error(ratio: float) -> str:
+    if math.isnan(ratio) or math.isinf(ratio):
+        return NONFINITE_ERROR
+    if ratio <= 1.0:  # agrees: pale to full green with the share of the budget used
+        t = max(0.0, ratio)
+        return f"#{int(232 - 140 * t):02x}{int(245 - 60 * t):02x}{int(233 - 140 * t):02x}"
+    t = min(1.0, math.log10(ratio) / 16.0)  # 1 .. 1e16 x bound: yellow -> dark red
+    return f"#{int(255 - 120 * t):02x}{int(214 - 214 * t):02x}{int(79 - 79 * t):02x}"
+
+
+def _as_matrix(a: np.ndarray) -> np.ndarray:
+    if a.ndim == 0:
+        return a.reshape(1, 1)
+    if a.ndim == 1:
+        return a.reshape(1, -1)
+    return a
+
+
+def _edges(n: int) -> list[int]:
+    k = min(n, MAX_CELLS)
+    return [round(i * n / k) for i in range(k + 1)]
+
+
+def _reduce(m: np.ndarray, kind: str) -> np.ndarray:
+    rows, cols = _edges(m.shape[0]), _edges(m.shape[1])
+    if len(rows) - 1 == m.shape[0] and len(cols) - 1 == m.shape[1]:
+        return m
+    out = np.empty((len(rows) - 1, len(cols) - 1))
+    for i in range(len(rows) - 1):
+        for j in range(len(cols) - 1):
+            block = m[rows[i] : rows[i + 1], cols[j] : cols[j + 1]]
+            if kind == "error":
+                out[i, j] = np.inf if not np.isfinite(block).all() else block.max()
+            elif np.isnan(block).any():
+                out[i, j] = np.nan
+            else:
+                out[i, j] = block.mean()
+    return out
+
+
+def svg(
+    array: np.ndarray,
+    kind: str,
+    title: str,
+    *,
+    scale: float = 1.0,
+    name: str = "",
+    base: int = 0,
+    axis_names: Sequence[str] | None = None,
+    attrs: dict[str, str] | None = None,
+) -> str:
+    """One heatmap. ``kind``: "expected" or "actual" (diverging, ``scale`` = the largest |value|),
+    or "error" (err/bound). ``name`` and ``base`` title each cell as the port indexes it."""
+    m = _as_matrix(np.asarray(array, dtype=np.float64))
+    shown = _reduce(m, kind)
+    blocked = shown.shape != m.shape
+    rows, cols = shown.shape
+    px = max(4, min(22, 264 // max(rows, cols)))
+    top, left = 18, 4
+    width, height = max(MIN_WIDTH, left + cols * px + 4), top + rows * px + 16
+    extra = "".join(f' {k}="{html.escape(v)}"' for k, v in (attrs or {}).items())
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="heatmap" data-kind="{kind}" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" role="img"{extra}>',
+        f'<text x="{left}" y="12" class="hm-title">{html.escape(title)}</text>',
+    ]
+    r_edges, c_edges = _edges(m.shape[0]), _edges(m.shape[1])
+    for i in range(rows):
+        for j in range(cols):
+            v = float(shown[i, j])
+            colour = _error(v) if kind == "error" else _diverging(v, scale)
+            if array.ndim == 0:
+                where = name
+            elif blocked:
+                r0, r1, c0, c1 = (
+                    r_edges[i] + base,
+                    r_edges[i + 1] - 1 + base,
+                    c_edges[j] + base,
+                    c_edges[j + 1] - 1 + base,
+                )
+                where = f"rows {r0}..{r1}, columns {c0}..{c1}"
+            elif array.ndim == 1:
+                where = f"{name}[{j + base}]"
+            else:
+                where = f"{name}[{i + base}, {j + base}]"
+            value = "NaN" if math.isnan(v) else f"{v:.6g}" + (" x bound" if kind == "error" else "")
+            parts.append(
+                f'<rect x="{left + j * px}" y="{top + i * px}" width="{px}" height="{px}" fill="{colour}">'
+                f"<title>{html.escape(where)}: {html.escape(value)}</title></rect>"
+            )
+    if axis_names and len(axis_names) == 2 and array.ndim == 2:
+        label = f"rows: {axis_names[0]}, columns: {axis_names[1]}"
+    elif array.ndim == 1 and axis_names:
+        label = f"{axis_names[0]}s"
+    else:
+        label = ""
+    if blocked:
+        label += f" ({m.shape[0]} x {m.shape[1]} in blocks)"
+    if label:
+        parts.append(f'<text x="{left}" y="{height - 4}" class="hm-axis">{html.escape(label.strip())}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def triple(
+    expected: np.ndarray,
+    actual: np.ndarray,
+    ratio: np.ndarray,
+    *,
+    name: str,
+    base: int,
+    axis_names: Sequence[str] | None,
+    attrs: dict[str, str],
+) -> str:
+    """Expected, actual and error side by side (a 2-D slice or a whole 0-D/1-D/2-D array)."""
+    finite = np.concatenate([expected[np.isfinite(expected)].ravel(), actual[np.isfinite(actual)].ravel()])
+    scale = float(np.abs(finite).max()) if finite.size else 1.0
+    common = {"scale": scale, "name": name, "base": base, "axis_names": axis_names}
+    return (
+        '<div class="hm-row">'
+        + svg(expected, "expected", "expected", attrs=attrs, **common)  # type: ignore[arg-type]
+        + svg(actual, "actual", "actual", attrs=attrs, **common)  # type: ignore[arg-type]
+        + svg(ratio, "error", "|actual - expected| / bound", attrs=attrs, **common)  # type: ignore[arg-type]
+        + "</div>"
+    )
+
+
+def pair(expected: np.ndarray, actual: np.ndarray, *, attrs: dict[str, str], titles: tuple[str, str]) -> str:
+    """Expected and actual side by side when their shapes differ (no element-wise error)."""
+    finite = np.concatenate([expected[np.isfinite(expected)].ravel(), actual[np.isfinite(actual)].ravel()])
+    scale = float(np.abs(finite).max()) if finite.size else 1.0
+    return (
+        '<div class="hm-row">'
+        + svg(expected, "expected", titles[0], scale=scale, attrs=attrs)
+        + svg(actual, "actual", titles[1], scale=scale, attrs=attrs)
+        + "</div>"
+    )
+
+
+def legend() -> str:
+    def swatch(colour: str, text: str) -> str:
+        return f'<span class="sw" style="background:{colour}"></span>{html.escape(text)}'
+
+    return (
+        '<p class="legend">values: '
+        + swatch(_diverging(-1, 1), "negative")
+        + swatch("#ffffff", "zero")
+        + swatch(_diverging(1, 1), "positive")
+        + swatch(NAN_COLOUR, "NaN")
+        + swatch(INF_COLOUR, "infinity")
+        + " &nbsp; error: "
+        + swatch(_error(0.0), "0")
+        + swatch(_error(1.0), "at the bound")
+        + swatch(_error(1e3), "1e3 x bound")
+        + swatch(_error(1e16), "1e16 x bound")
+        + swatch(NONFINITE_ERROR, "NaN/infinity where a number belongs")
+        + "</p>"
+    )

@@ -1,0 +1,39 @@
+"""The machine-readable report: every judged output, the summary, the agreement matrix.
+
+Version 3 (``REPORT_VERSION``). Changes from version 2, which readers of 2 can ignore:
+- ``max_abs_err``, ``max_rel_err`` and ``max_ulp_err`` cover the elements where both values are
+  finite; a NaN or an infinity where a number belongs is counted in ``nonfinite_mismatches``
+  (version 2 reported ``max_abs_err`` "inf" for it);
+- new per-output fields: ``diagnosis``, ``mismatches``, ``total``, ``nonfinite_mismatches``,
+  ``expected_shape``, ``actual_shape``, ``reason``, ``flags``;
+- an output a port did not return is ``missing`` (version 2: the case's every output ``error``);
+- new top-level ``agreement``: per pair of implementations ``{agree, compared, unknown}``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from attention_ports.fixtures import atomic_write
+from attention_ports.report.model import Report
+
+REPORT_VERSION = 3
+
+
+def document(report: Report) -> dict[str, Any]:
+    agreement: dict[str, dict[str, dict[str, int]]] = {}
+    for (a, b), cell in report.agreement().items():
+        agreement.setdefault(a, {})[b] = {"agree": cell.agree, "compared": cell.compared, "unknown": cell.unknown}
+    return {
+        "version": REPORT_VERSION,
+        "meta": report.meta,
+        "results": [o.as_json() for r in report.results for o in r.outputs],
+        "summary": report.summary(),
+        "agreement": agreement,
+    }
+
+
+def write_json(report: Report, path: Path) -> None:
+    atomic_write(path, (json.dumps(document(report), indent=1) + "\n").encode())

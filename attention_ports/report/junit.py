@@ -1,0 +1,80 @@
+"""JUnit XML for CI systems: one ``<testcase>`` per implementation x case.
+
+The layout every CI reader accepts (Jenkins, GitLab, GitHub test reporters, junitparser): a
+``<testsuites>`` root with one ``<testsuite>`` per implementation, ``classname`` the implementation
+and ``name`` the case id. A failing case holds ``<failure>`` (its message attribute the first line,
+its text the whole failure message with the diagnosis, the case's reason and the repro), an
+error ``<error>``, a missing or unavailable case ``<skipped>`` (``<failure>`` under ``--strict`` for
+missing). The case's reason and flags are ``<properties>``.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from attention_ports.fixtures import atomic_write
+from attention_ports.report.model import Report
+
+SUITE = "attention-ports"
+# XML 1.0 cannot hold these at all, escaped or not; a port's printed output may (colour codes).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def clean(text: str) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return clean(line if len(line) <= limit else line[: limit - 3] + "...")
+
+
+def element(report: Report) -> ET.Element:
+    root = ET.Element("testsuites", name=SUITE)
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    total_time = 0.0
+    for impl in report.impls:
+        suite = ET.SubElement(root, "testsuite", name=f"{SUITE}.{impl}")
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        seconds = 0.0
+        for case in report.cases:
+            r = report.cell(impl, case)
+            if r is None:
+                continue
+            counts["tests"] += 1
+            seconds += r.seconds
+            tc = ET.SubElement(suite, "testcase", classname=f"{SUITE}.{impl}", name=case, time=f"{r.seconds:.3f}")
+            if r.reason or r.flags:
+                props = ET.SubElement(tc, "properties")
+                ET.SubElement(props, "property", name="operation", value=r.op)
+                if r.reason:
+                    ET.SubElement(props, "property", name="reason", value=clean(r.reason))
+                if r.flags:
+                    ET.SubElement(props, "property", name="flags", value=", ".join(r.flags))
+            text = clean(r.message())
+            if r.status == "error":
+                counts["errors"] += 1
+                ET.SubElement(tc, "error", message=_first_line(text), type="error").text = text
+            elif report.is_failing(r):
+                counts["failures"] += 1
+                ET.SubElement(tc, "failure", message=_first_line(text), type=r.status).text = text
+            elif r.status in ("missing", "unavailable"):
+                counts["skipped"] += 1
+                ET.SubElement(tc, "skipped", message=_first_line(text) or r.status)
+        for k, v in counts.items():
+            suite.set(k, str(v))
+            totals[k] += v
+        suite.set("time", f"{seconds:.3f}")
+        total_time += seconds
+    for k, v in totals.items():
+        root.set(k, str(v))
+    root.set("time", f"{total_time:.3f}")
+    return root
+
+
+def write_junit(report: Report, path: Path) -> None:
+    root = element(report)
+    ET.indent(root)
+    atomic_write(path, ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n")

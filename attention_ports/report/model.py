@@ -1,0 +1,220 @@
+"""The one result model every report format reads: built once from a run's results.
+
+A :class:`Report` holds the run's :class:`~attention_ports.runner.CaseResult` list and what every
+format derives from it: the implementations and cases in run order, each cell, the failures, the
+per-implementation counts and worst errors, the verdict, and the implementation x implementation
+agreement. The formats (``text``, ``json_report``, ``junit``, ``markdown``, ``html_page``) only
+render it, so they cannot disagree about a verdict.
+
+The verdict: a case is *failing* when its status is ``fail`` or ``error``, and also when it is
+``missing`` under ``--strict`` (the command line's exit code follows the same rule).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from attention_ports.compare import agree
+from attention_ports.runner import FAILING, CaseResult, OutputResult
+
+STATUSES = ("pass", "fail", "error", "missing", "unavailable")
+
+
+def failing_statuses(strict: bool = False) -> set[str]:
+    return FAILING | ({"missing"} if strict else set())
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How often two implementations reached the same result on the outputs both ran.
+
+    They agree on an output when both agree with the truth (then they are within twice the bound
+    of each other), or both fail and their arrays agree with each other within twice the bound
+    (the same mistake, e.g. a NaN convention). A pass against a fail is a disagreement. Outputs
+    either one did not run (missing, error, unavailable) are not counted; neither are two
+    failures whose arrays were too large to keep (``unknown``).
+    """
+
+    agree: int = 0
+    compared: int = 0
+    unknown: int = 0
+
+    @property
+    def fraction(self) -> float | None:
+        return self.agree / self.compared if self.compared else None
+
+
+@dataclass
+class Report:
+    results: list[CaseResult]
+    meta: dict[str, Any] = field(default_factory=dict)
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        self.impls = list(dict.fromkeys(r.impl for r in self.results))
+        self.cases = list(dict.fromkeys(r.case for r in self.results))
+        self.ops = {r.case: r.op for r in self.results}
+        self._cells = {(r.impl, r.case): r for r in self.results}
+
+    def cell(self, impl: str, case: str) -> CaseResult | None:
+        return self._cells.get((impl, case))
+
+    @property
+    def failing_statuses(self) -> set[str]:
+        return failing_statuses(self.strict)
+
+    def is_failing(self, r: CaseResult) -> bool:
+        return r.status in self.failing_statuses
+
+    @property
+    def failures(self) -> list[CaseResult]:
+        return [r for r in self.results if self.is_failing(r)]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def counts(self) -> dict[str, Counter[str]]:
+        out: dict[str, Counter[str]] = {impl: Counter() for impl in self.impls}
+        for r in self.results:
+            out[r.impl][r.status] += 1
+        return out
+
+    def totals(self) -> Counter[str]:
+        return Counter(r.status for r in self.results)
+
+    def accuracy(self) -> dict[str, dict[str, dict[str, float]]]:
+        """impl -> operation -> worst ``ulps`` and ``err_over_bound`` over the outputs that ran."""
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for r in self.results:
+            for o in r.outputs:
+                if o.max_ulp_err is None or o.err_over_bound is None:
+                    continue
+                cell = out.setdefault(r.impl, {}).setdefault(r.op, {"ulps": 0.0, "err_over_bound": 0.0})
+                cell["ulps"] = max(cell["ulps"], o.max_ulp_err)
+                cell["err_over_bound"] = max(cell["err_over_bound"], o.err_over_bound)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "cases": len(self.cases),
+            "implementations": {impl: dict(sorted(c.items())) for impl, c in self.counts().items()},
+            "totals": dict(sorted(self.totals().items())),
+            "ok": not any(r.status in FAILING for r in self.results),
+            "accuracy": {
+                impl: {op: {k: finite_or_text(v) for k, v in cell.items()} for op, cell in ops.items()}
+                for impl, ops in self.accuracy().items()
+            },
+        }
+
+    def agreement(self) -> dict[tuple[str, str], Agreement]:
+        """Every ordered pair of implementations (the diagonal included) -> :class:`Agreement`."""
+        outputs: dict[tuple[str, str], dict[str, OutputResult]] = {}
+        for r in self.results:
+            for o in r.outputs:
+                outputs.setdefault((r.case, o.output), {})[r.impl] = o
+        out: dict[tuple[str, str], Agreement] = {}
+        for a in self.impls:
+            for b in self.impls:
+                agree_n = compared = unknown = 0
+                for by_impl in outputs.values():
+                    oa, ob = by_impl.get(a), by_impl.get(b)
+                    if oa is None or ob is None or {oa.status, ob.status} - {"pass", "fail"}:
+                        continue
+                    same = _same_result(oa, ob)
+                    if same is None:
+                        unknown += 1
+                        continue
+                    compared += 1
+                    agree_n += same
+                out[(a, b)] = Agreement(agree_n, compared, unknown)
+        return out
+
+
+def _same_result(a: OutputResult, b: OutputResult) -> bool | None:
+    if a is b or (a.status == b.status == "pass"):
+        return True
+    if a.status != b.status:
+        return False
+    if a.arrays is None or b.arrays is None:
+        return None
+    x, y = a.arrays.actual, b.arrays.actual
+    if x.shape != y.shape:
+        return False
+    return bool(agree(x, y, 2 * a.arrays.bound).all()) if a.arrays.bound.shape == x.shape else False
+
+
+def finite_or_text(x: float | None) -> float | str | None:
+    """JSON has no inf or NaN: such numbers travel as their text ("inf")."""
+    return x if x is None or math.isfinite(x) else str(x)
+
+
+def display_status(status: str) -> str:
+    """Failures shout, so a failing row cannot be read as a passing one at a glance."""
+    return status.upper() if status in FAILING else status
+
+
+def cell_numbers(r: CaseResult) -> dict[str, str]:
+    """The numbers a table cell shows, already formatted, in order: status, err/bnd, bad, ulps.
+
+    ``err/bnd`` is the worst error as a fraction of its bound (1 = at the limit; ``nan``: a NaN or
+    an infinity where a number belongs); ``bad`` the elements beyond their bounds; ``ulps`` only
+    for a pass (a failing output's ulps cover only the elements its bound resolves and could look
+    small).
+    """
+    if r.status == "fail":  # the failing outputs' numbers only: a passing sibling's cannot stand in
+        failed = [o for o in r.outputs if o.status == "fail"]
+        if any(o.expected_shape != o.actual_shape for o in failed):
+            errb = "shape"  # a wrong shape has no error size
+        elif any(o.nonfinite_mismatches for o in failed):
+            errb = "nan/inf"
+        else:
+            errb = fmt_frac(max((o.err_over_bound for o in failed if o.err_over_bound is not None), default=None))
+    elif r.status == "pass":
+        errb = fmt_frac(r.err_over_bound)
+    else:
+        errb = "-"
+    bad = "-" if r.mismatches is None else str(r.mismatches)
+    ulps = fmt_ulps(r.max_ulp_err) if r.status == "pass" else "-"
+    return {"status": display_status(r.status), "err/bnd": errb, "bad": bad, "ulps": ulps}
+
+
+def fmt_frac(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if not math.isfinite(x):
+        return "inf"
+    return f"{x:.2f}" if x < 100 else f"{x:.0e}"
+
+
+def fmt_ulps(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.0f}" if x < 1e5 else f"{x:.0e}"
+
+
+def port_layout(o: OutputResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | None:
+    """A failing output's expected, actual and err/bound arrays in the port's layout, with a label
+    naming that layout (``Julia layout, key x query, 1-based``); None when nothing was kept or the
+    shapes differ."""
+    arr = o.arrays
+    if arr is None or arr.expected.shape != arr.actual.shape:
+        return None
+    e, a, b = arr.expected, arr.actual, arr.bound
+    ok = agree(e, a, b)
+    both = np.isfinite(e) & np.isfinite(a)
+    with np.errstate(all="ignore"):
+        diff = np.abs(a - e)
+        ratio = np.where(b > 0, diff / np.where(b > 0, b, 1.0), np.where(diff > 0, np.inf, 0.0))
+    ratio = np.where(both, ratio, np.inf)  # a NaN or an infinity in the wrong place: off the scale
+    ratio = np.where(ok, np.minimum(np.nan_to_num(ratio, nan=0.0, posinf=0.0), 1.0), ratio)
+    if arr.view is not None:
+        names = arr.view.axis_names(e.ndim)
+        label = f"{arr.view.language} layout" + (f", {' x '.join(names)}" if names else "") + ", 1-based"
+        return arr.view.to_port(e), arr.view.to_port(a), arr.view.to_port(ratio), label
+    return e, a, ratio, "reference layout, 0-based"

@@ -1,0 +1,72 @@
+"""The report for people on a terminal: the case x implementation table, the failures, the summary.
+
+Each cell reads ``status err/bnd bad ulps``, status first: ``FAIL`` and ``ERROR`` in capitals;
+``err/bnd`` the worst error as a fraction of its bound (1 is the limit, ``nan/inf`` a NaN or an
+infinity where a number belongs, ``shape`` a wrong shape); ``bad`` the elements beyond their bounds;
+``ulps`` the worst error in ulps of the expected value, for a pass only. No column of a failing
+cell can show a small number as its headline (model.cell_numbers).
+"""
+
+from __future__ import annotations
+
+from attention_ports.report.model import Report, cell_numbers, fmt_frac, fmt_ulps
+
+_WIDTHS = {"status": 8, "err/bnd": 8, "bad": 6, "ulps": 6}
+_CELL = " ".join(f"{k:<{w}}" if k == "status" else f"{k:>{w}}" for k, w in _WIDTHS.items())
+
+
+def _cell(numbers: dict[str, str]) -> str:
+    return " ".join(f"{numbers[k]:<{w}}" if k == "status" else f"{numbers[k]:>{w}}" for k, w in _WIDTHS.items())
+
+
+def table(report: Report) -> str:
+    case_w = max([len("case"), *(len(c) for c in report.cases)])
+    col_w = len(_CELL)
+    header = "case".ljust(case_w) + "".join(f"  {i:<{col_w}}" for i in report.impls)
+    sub = " " * case_w + "".join(f"  {_CELL:<{col_w}}" for _ in report.impls)
+    lines = [header.rstrip(), sub, "-" * len(sub)]
+    for case in report.cases:
+        row = case.ljust(case_w)
+        for impl in report.impls:
+            r = report.cell(impl, case)
+            row += f"  {'' if r is None else _cell(cell_numbers(r)):<{col_w}}"
+        lines.append(row.rstrip())
+    return "\n".join(lines)
+
+
+def accuracy_table(report: Report) -> str:
+    """Worst error per implementation and operation: ulps of the expected value, and err/bound."""
+    acc = report.accuracy()
+    if not acc:
+        return ""
+    ops = list(dict.fromkeys(report.ops.values()))
+    op_w = max(len("operation"), *(len(o) for o in ops))
+    impls = list(acc)
+    lines = ["worst error vs the truth (ulps / fraction of the bound)"]
+    lines.append("operation".ljust(op_w) + "".join(f"  {i:>18}" for i in impls))
+    for op in ops:
+        row = op.ljust(op_w)
+        for impl in impls:
+            cell = acc[impl].get(op)
+            text = "-" if cell is None else f"{fmt_ulps(cell['ulps'])} / {fmt_frac(cell['err_over_bound'])}"
+            row += f"  {text:>18}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def summary_lines(report: Report) -> str:
+    lines = []
+    for impl, counts in report.summary()["implementations"].items():
+        parts = ", ".join(f"{n} {status}" for status, n in counts.items())
+        lines.append(f"{impl}: {parts}")
+        if counts.get("missing"):
+            lines.append(
+                f"  {impl}: {counts['missing']} case(s) missing: operations or outputs the port does not provide"
+                + (" (failures under --strict)" if report.strict else "")
+            )
+    return "\n".join(lines)
+
+
+def failure_details(report: Report) -> str:
+    shown = report.failing_statuses | {"unavailable", "missing"}
+    return "\n\n".join(f"[{r.impl}] {r.message()}" for r in report.results if r.status in shown)

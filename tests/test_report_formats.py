@@ -1,0 +1,353 @@
+"""The verify reports: table, JSON, JUnit, markdown and HTML, from one real run with a failure.
+
+The run: the reference and a KNOWN-BAD R port (tests/data/ports/r/mask_multiplied.R, which
+multiplies the scores by its mask) on a passing case, a failing case and a case the port does not
+declare (missing). The HTML page is rendered by a real headless Chromium (Debian's ``chromium``;
+skipped locally without it, a failure under CI=true): the screenshot must not be blank and must
+show the failing case's heatmaps, and the rendered DOM must hold the table and those heatmaps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from attention_ports import cli, progress
+from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case
+from attention_ports.impl import Arrays, Implementation
+from attention_ports.report import Report, html_page, json_report, junit, markdown, text
+from attention_ports.report.model import cell_numbers
+from attention_ports.runner import CaseResult, judge, run_suite
+from tests.conftest import require
+from tests.faults.conftest import check_runtime
+
+PORT = Path(__file__).resolve().parent / "data" / "ports" / "r" / "mask_multiplied.R"
+PASSING, FAILING, MISSING = "sdpa_L2_d3", "sdpa_causal_additive", "softmax_ties"
+
+
+@pytest.fixture(scope="module")
+def results() -> list[CaseResult]:
+    check_runtime("r")
+    return run_suite(
+        REPO_FIXTURES, ["reference", "r"], {"r": PORT}, [PASSING, FAILING, MISSING], required={"r"}, progress=None
+    )
+
+
+@pytest.fixture(scope="module")
+def report(results: list[CaseResult]) -> Report:
+    return Report(results, {"implementations": ["reference", "r"], "ports": {"r": str(PORT)}})
+
+
+def by_key(results: list[CaseResult]) -> dict[tuple[str, str], CaseResult]:
+    return {(r.impl, r.case): r for r in results}
+
+
+def test_the_run_has_a_pass_a_failure_and_a_missing_case(results: list[CaseResult]) -> None:
+    cells = {k: r.status for k, r in by_key(results).items()}
+    assert cells[("r", PASSING)] == "pass" and cells[("r", FAILING)] == "fail" and cells[("r", MISSING)] == "missing"
+    assert {cells[("reference", c)] for c in (PASSING, FAILING, MISSING)} == {"pass"}
+
+
+# ---------------------------------------------------------------- table
+
+
+class _TinyError(Implementation):
+    """The reference, off by 1e-9 where it should be exactly zero: a failure whose relative error
+    and ulps are 0 (an unresolved element has neither), the shape of issue 11's
+    ``fail 5.2e-01 4.7e-16`` row that looked like a pass."""
+
+    name = "tiny"
+
+    def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
+        from attention_ports.builtin import call_reference
+
+        out = call_reference(op, inputs, options)
+        w = out["weights"].copy()
+        w[w == 0] = 1e-9
+        out["weights"] = w
+        return out
+
+
+def test_a_failing_row_cannot_read_as_a_pass() -> None:
+    entry = next(e for e in iter_entries(REPO_FIXTURES) if e["id"] == FAILING)
+    case = load_case(REPO_FIXTURES, entry)
+    res = CaseResult("tiny", case.id, case.op, judge("tiny", case, _TinyError()))
+    assert res.status == "fail" and res.max_rel_err is not None and res.max_rel_err < 1e-12
+    nums = cell_numbers(res)
+    assert nums["status"] == "FAIL" and nums["ulps"] == "-"
+    assert float(nums["err/bnd"]) > 1e200  # 1e-9 against a bound of ~1e-301: the headline is the failure
+    row = text.table(Report([res])).splitlines()[-1]
+    assert row.split()[:2] == [FAILING, "FAIL"]
+
+
+def test_the_table_puts_status_first_and_shows_err_over_bound(report: Report) -> None:
+    lines = text.table(report).splitlines()
+    assert lines[0].split() == ["case", "reference", "r"]
+    assert lines[1].split() == ["status", "err/bnd", "bad", "ulps"] * 2
+    rows = {ln.split()[0]: ln.split()[1:] for ln in lines[3:]}
+    ref_pass, r_fail = rows[FAILING][:4], rows[FAILING][4:]
+    assert ref_pass[0] == "pass" and 0 <= float(ref_pass[1]) <= 1 and ref_pass[2] == "0"
+    assert r_fail[0] == "FAIL" and float(r_fail[1]) > 1 and int(r_fail[2]) > 0 and r_fail[3] == "-"
+    assert rows[MISSING][4:] == ["missing", "-", "-", "-"]
+
+
+def test_the_summary_says_what_missing_means(report: Report) -> None:
+    assert "r: 1 case(s) missing: operations or outputs the port does not provide" in text.summary_lines(report)
+    assert "(failures under --strict)" in text.summary_lines(Report(report.results, strict=True))
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def test_json_v3_keeps_v2_fields_and_adds_the_diagnosis_and_agreement(report: Report, tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    json_report.write_json(report, path)
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 3
+    v2 = {"impl", "case", "output", "status", "max_abs_err", "max_rel_err", "max_ulp_err", "err_over_bound", "message"}
+    for row in doc["results"]:
+        assert v2 <= set(row)
+    bad = [row for row in doc["results"] if row["impl"] == "r" and row["case"] == FAILING]
+    assert {row["output"] for row in bad} == {"output", "weights"}
+    for row in bad:
+        assert row["status"] == "fail" and row["mismatches"] > 0 and row["total"] == np.prod(row["expected_shape"])
+        assert row["diagnosis"].startswith("wrong only in the queries 1, 2, 3, 4, 5, 6, 7, where the mask acts")
+        assert row["flags"] == ["mask", "random"] and row["reason"]
+    assert doc["agreement"]["reference"]["reference"] == {"agree": 5, "compared": 5, "unknown": 0}
+    assert doc["agreement"]["reference"]["r"] == {"agree": 2, "compared": 4, "unknown": 0}
+    assert doc["summary"]["ok"] is False
+
+
+# ---------------------------------------------------------------- JUnit
+
+
+def test_junit_has_one_testcase_per_implementation_and_case(report: Report, tmp_path: Path) -> None:
+    path = tmp_path / "r.xml"
+    junit.write_junit(report, path)
+    root = ET.parse(path).getroot()  # well-formed XML
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["attention-ports.reference", "attention-ports.r"]
+    cases = [(tc.get("classname"), tc.get("name")) for s in suites for tc in s.findall("testcase")]
+    assert len(cases) == len(set(cases)) == 6
+    for s in [root, *suites]:  # the counts agree with the testcases, at every level
+        tcs = s.iter("testcase")
+        kinds = [next((k for k in ("failure", "error", "skipped") if tc.find(k) is not None), "") for tc in tcs]
+        assert int(s.get("tests")) == len(kinds)
+        assert int(s.get("failures")) == kinds.count("failure")
+        assert int(s.get("errors")) == kinds.count("error")
+        assert int(s.get("skipped")) == kinds.count("skipped")
+        assert float(s.get("time")) >= 0
+    r_suite = {tc.get("name"): tc for tc in suites[1].findall("testcase")}
+    failure = r_suite[FAILING].find("failure")
+    assert failure is not None
+    assert failure.get("message") == (
+        "case 'sdpa_causal_additive', output 'output': 28 of 32 elements (87.5%) differ beyond their error bounds"
+    )
+    assert "  diagnosis: wrong only in the queries" in failure.text
+    assert "  this case: The same causal mask in additive form" in failure.text
+    assert r_suite[MISSING].find("skipped") is not None
+    assert r_suite[PASSING].find("failure") is None and r_suite[PASSING].find("skipped") is None
+    props = {p.get("name"): p.get("value") for p in r_suite[FAILING].iter("property")}
+    assert props["flags"] == "mask, random" and props["operation"] == "scaled_dot_product_attention"
+
+
+def test_junit_under_strict_fails_a_missing_case_and_survives_control_characters(
+    report: Report, tmp_path: Path
+) -> None:
+    path = tmp_path / "strict.xml"
+    junit.write_junit(Report(report.results, strict=True), path)
+    tcs = {tc.get("name"): tc for tc in ET.parse(path).getroot().iter("testcase") if "r" == tc.get("classname")[-1]}
+    assert tcs[MISSING].find("failure") is not None
+    assert junit.clean("colour \x1b[31mred\x1b[0m\x00") == "colour \\x1b[31mred\\x1b[0m\\x00"
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def test_markdown_summary_leads_with_the_verdict_and_lists_each_failure(report: Report, tmp_path: Path) -> None:
+    doc = markdown.render(report)
+    lines = doc.splitlines()
+    assert lines[0] == "## attention-ports verify: FAIL, 1 of 6 failing (implementation x case)"
+    assert "| implementation | pass | fail | error | missing | unavailable |" in lines
+    assert "| r | 1 | 1 | 0 | 1 | 0 |" in lines
+    row = next(ln for ln in lines if ln.startswith("| r | `sdpa_causal_additive` |"))
+    assert "| **FAIL** |" in row and "wrong only in the queries 1, 2, 3, 4, 5, 6, 7" in row
+    assert "<details><summary>r · sdpa_causal_additive: fail</summary>" in lines
+    assert "```text" in lines
+    path = tmp_path / "summary.md"
+    markdown.write_markdown(report, path)
+    assert path.read_text() == doc
+    assert markdown._cell("a|b\nc") == "a\\|b c"
+
+
+# ---------------------------------------------------------------- HTML
+
+
+def test_html_page_is_self_contained_with_heatmaps_for_the_failure(report: Report) -> None:
+    page = html_page.render(report)
+    assert page.startswith("<!DOCTYPE html>")
+    for external in ("<script", "<link", "src=", "http://", "https://"):
+        assert external not in page.replace('xmlns="http://www.w3.org/2000/svg"', ""), external
+    for kind in ("expected", "actual", "error"):
+        assert f'data-kind="{kind}"' in page
+    assert f'data-case="{FAILING}"' in page and f'data-case="{PASSING}"' not in page
+    assert '<table class="agreement">' in page and '<table class="cases">' in page
+    assert "Diagnosis:</b> wrong only in the queries" in page
+
+
+def test_html_heatmaps_of_a_julia_port_are_drawn_in_julias_layout() -> None:
+    from attention_ports.ops import Role
+    from attention_ports.portview import PortView
+    from attention_ports.runner import FailedArrays, OutputResult
+    from ports import julia_adapter
+
+    e = np.arange(6.0).reshape(3, 2) / 10  # reference layout: 3 queries x 2 keys
+    a = e.copy()
+    a[2, 0] = np.nan
+    view = PortView("Julia", "weights", Role.SCORES, lambda n: julia_adapter._axes(Role.SCORES, n))
+    out = OutputResult("julia", "c", "weights", "fail", arrays=FailedArrays(e, a, np.full((3, 2), 1e-16), view))
+    section = html_page._heatmaps(CaseResult("julia", "c", "scaled_dot_product_attention", [out]), out)
+    assert "weights: Julia layout, key x query, 1-based, shape (2, 3)" in section
+    assert "<title>weights[1, 3]: NaN</title>" in section  # the NaN at the reference's [2, 0]
+    assert "rows: key, columns: query" in section
+
+
+def _png_rgb(path: Path) -> np.ndarray:
+    """The pixels of an 8-bit RGB/RGBA non-interlaced PNG (what Chromium writes), as (h, w, 3)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        (n,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + n]
+        pos += 12 + n
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+    w, h, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert depth == 8 and colour in (2, 6) and interlace == 0
+    bpp = 3 if colour == 2 else 4
+    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(h, 1 + w * bpp)
+    out = np.zeros((h, w * bpp), dtype=np.int32)
+    prev = np.zeros(w * bpp, dtype=np.int32)
+    for y in range(h):
+        f, line = raw[y, 0], raw[y, 1:].astype(np.int32)
+        cur = np.zeros_like(line)
+        if f == 0:
+            cur = line
+        elif f == 2:
+            cur = (line + prev) & 0xFF
+        else:  # Sub, Average, Paeth depend on the left neighbour: byte by byte
+            for i in range(len(line)):
+                left = cur[i - bpp] if i >= bpp else 0
+                up, ul = prev[i], (prev[i - bpp] if i >= bpp else 0)
+                if f == 1:
+                    pred = left
+                elif f == 3:
+                    pred = (left + up) // 2
+                else:
+                    p = left + up - ul
+                    pa, pb, pc = abs(p - left), abs(p - up), abs(p - ul)
+                    pred = left if pa <= pb and pa <= pc else up if pb <= pc else ul
+                cur[i] = (line[i] + pred) & 0xFF
+        out[y], prev = cur, cur
+    return out.reshape(h, w, bpp)[:, :, :3]
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        require("chromium", "Debian's chromium renders the HTML report (apt-get install -y chromium)")
+    return str(found)
+
+
+def test_html_report_renders_in_a_headless_browser(report: Report, tmp_path: Path) -> None:
+    browser = _chromium()
+    page = tmp_path / "report.html"
+    html_page.write_html(report, page)
+    shot = tmp_path / "report.png"
+    flags = [
+        "--headless",
+        "--no-sandbox",  # root in a container
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
+    env = {**os.environ, "HOME": str(tmp_path)}
+    subprocess.run(
+        [browser, *flags, "--window-size=1200,1800", f"--screenshot={shot}", page.as_uri()],
+        env=env,
+        capture_output=True,
+        timeout=180,
+        check=True,
+    )
+    pixels = _png_rgb(shot)
+    assert pixels.shape[:2] == (1800, 1200)
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 50  # not blank: text, tables, colours
+    # The failing case's error heatmap: cells far beyond their bound are dark red (heatmap._error).
+    r, g, b = pixels[..., 0], pixels[..., 1], pixels[..., 2]
+    dark_red = (r > 120) & (r < 180) & (g < 40) & (b < 40)
+    assert dark_red.sum() > 2000, dark_red.sum()
+    # ... and the passing cells' green, the expected values' blue.
+    assert ((g > 200) & (r < 200) & (b < 200)).sum() > 500
+    dom = subprocess.run(
+        [browser, *flags, "--dump-dom", page.as_uri()],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    ).stdout
+    assert '<table class="cases">' in dom and '<table class="agreement">' in dom
+    assert f'data-case="{FAILING}"' in dom and 'class="heatmap" data-kind="error"' in dom
+
+
+# ---------------------------------------------------------------- the command line and progress
+
+
+def test_verify_writes_every_report_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    targets = {
+        flag: tmp_path / f"report.{ext}"
+        for flag, ext in [("--json", "json"), ("--junit", "xml"), ("--markdown", "md"), ("--html", "html")]
+    }
+    args = ["verify", "--impl", "reference", "--case", "seed00*"]
+    for flag, path in targets.items():
+        args += [flag, str(path)]
+    assert cli.main(args) == 0
+    capsys.readouterr()
+    assert json.loads(targets["--json"].read_text())["summary"]["ok"] is True
+    assert ET.parse(targets["--junit"]).getroot().get("failures") == "0"
+    assert targets["--markdown"].read_text().startswith("## attention-ports verify: PASS, all 6 agree")
+    assert "PASS: all 6 implementation x case results agree" in targets["--html"].read_text()
+
+
+def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_in_a_log() -> None:
+    import io
+
+    log = io.StringIO()
+    show = progress.VerifyProgress(log, live=False)
+    for i in range(1, 21):
+        show("r", i, 20, f"case{i}")
+    lines = log.getvalue().splitlines()
+    # the first case, then every tenth of the way: a CI log shows the run is alive, not every case
+    assert [ln.split(" cases")[0] for ln in lines] == [f"[r]: {i}/20" for i in (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20)]
+    tty = io.StringIO()
+    bar = progress.VerifyProgress(tty, live=True)
+    bar("julia", 1, 4, "sdpa_L2_d3")
+    bar("julia", 4, 4, "mha_h4")
+    out = tty.getvalue()
+    assert out.startswith("\r\x1b[K[julia] [#######.......................] 1/4")
+    assert out.endswith("mha_h4\n") and "[##############################] 4/4" in out
