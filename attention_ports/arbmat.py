@@ -59,12 +59,6 @@ def emap(m: arb_mat, f: Callable[[arb], arb]) -> arb_mat:
     return arb_mat(m.nrows(), m.ncols(), [f(x) for x in m.entries()])
 
 
-def ezip(a: arb_mat, b: arb_mat, f: Callable[[arb, arb], arb]) -> arb_mat:
-    if shape(a) != shape(b):
-        raise ValueError(f"entrywise operation on shapes {shape(a)} and {shape(b)}")
-    return arb_mat(a.nrows(), a.ncols(), [f(x, y) for x, y in zip(a.entries(), b.entries(), strict=True)])
-
-
 def emul(a: arb_mat, b: arb_mat) -> arb_mat:
     """The entrywise (Hadamard) product."""
     if shape(a) != shape(b):
