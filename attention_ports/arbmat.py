@@ -59,20 +59,16 @@ def emap(m: arb_mat, f: Callable[[arb], arb]) -> arb_mat:
     return arb_mat(m.nrows(), m.ncols(), [f(x) for x in m.entries()])
 
 
-def ezip(a: arb_mat, b: arb_mat, f: Callable[[arb, arb], arb]) -> arb_mat:
-    if shape(a) != shape(b):
-        raise ValueError(f"entrywise operation on shapes {shape(a)} and {shape(b)}")
-    return arb_mat(a.nrows(), a.ncols(), [f(x, y) for x, y in zip(a.entries(), b.entries(), strict=True)])
-
-
 def emul(a: arb_mat, b: arb_mat) -> arb_mat:
     """The entrywise (Hadamard) product."""
-    return ezip(a, b, lambda x, y: x * y)
+    if shape(a) != shape(b):
+        raise ValueError(f"entrywise product of shapes {shape(a)} and {shape(b)}")
+    return arb_mat(a.nrows(), a.ncols(), [x * y for x, y in zip(a.entries(), b.entries(), strict=True)])
 
 
 def eabs(m: arb_mat) -> arb_mat:
     """Entrywise upper bounds of ``|m|`` (exact non-negative numbers)."""
-    return emap(m, lambda x: x.abs_upper())
+    return arb_mat(m.nrows(), m.ncols(), [x.abs_upper() for x in m.entries()])
 
 
 def rowsum(m: arb_mat) -> arb_mat:
@@ -134,3 +130,8 @@ def rows_of(m: arb_mat) -> list[list[arb]]:
 
 def from_rows(rows: Sequence[Sequence[arb]]) -> arb_mat:
     return arb_mat(len(rows), len(rows[0]), [x for row in rows for x in row])
+
+
+def diag(values: Sequence[arb]) -> arb_mat:
+    n = len(values)
+    return arb_mat(n, n, [values[i] if i == j else ZERO for i in range(n) for j in range(n)])

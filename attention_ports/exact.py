@@ -33,6 +33,8 @@ from attention_ports import arbmat as am
 from attention_ports import bounds
 from attention_ports.ops import CLASSIFIER_PARAMS
 
+_plus = bounds._plus
+
 BOUND_PREC = 128
 CONVENTIONS = ("zeros", "nan", "uniform")
 
@@ -88,8 +90,7 @@ class Mask:
 class Softmaxed:
     a: T
     dead: list[int]
-    rho: list[list[arb]] | None = None  # relative error bounds (bound pass only)
-    t_abs: list[list[arb]] | None = None
+    err: bounds.SoftmaxErr | None = None  # the weights' error model (bound pass only)
 
 
 def _exact(a: np.ndarray) -> T:
@@ -186,7 +187,15 @@ class Graph:
         v = (q.v * kt.v) * s
         e = None
         if self.track:
-            e = bounds.matmul(q.abs, q.e, kt.abs, kt.e, q.v.ncols(), bounds.SCORE_EXTRA) * s.abs_upper()
+            # The error of q_i adds dq_i . k_j to score (i, j); its part dq_i . c (c: the centre of
+            # the keys) is the same for every key of row i, which the softmax cancels: the logit
+            # error that matters is dq_i . (k_j - c). Scores are only ever consumed by a softmax.
+            k_spread = bounds.centred_cols(k.v).transpose()
+            e = bounds.matmul(q.abs, None, kt.abs, kt.e, q.v.ncols(), bounds.SCORE_EXTRA)
+            if q.e is not None:
+                e = e + bounds.gamma(q.v.ncols() + bounds.SCORE_EXTRA) * (q.e * _plus(kt.abs, kt.e))
+                e = e + q.e * _plus(k_spread, kt.e)
+            e = e * s.abs_upper()
         if mask is not None and mask.add is not None:
             v = v + mask.add
             if self.track:
@@ -206,24 +215,23 @@ class Graph:
         rows = am.rows_of(s.v)
         e_rows = am.rows_of(s.e) if self.track and s.e is not None else None
         out_v: list[arb] = []
-        out_e: list[arb] = []
-        rhos: list[list[arb]] = []
-        t_abs_rows: list[list[arb]] = []
+        parts: dict[str, list] = {"err": [], "norm": [], "eta": [], "eps": [], "second": [], "rho": []}
         dead: list[int] = []
         zero = am.ZERO
         for i, row in enumerate(rows):
             kept = keep[i] if keep is not None else [True] * n_cols
             if not any(kept):
                 dead.append(i)
-                if dead_policy == "uniform":
-                    w = arb(1) / n_cols
-                    out_v.extend([w] * n_cols)
-                    out_e.extend([bounds.C_DIV * bounds.U * w.abs_upper()] * n_cols)
-                else:  # "zeros" (exact), "nan" (a placeholder: the row is stored as NaN)
-                    out_v.extend([zero] * n_cols)
-                    out_e.extend([zero] * n_cols)
-                rhos.append([zero] * n_cols)
-                t_abs_rows.append([zero] * n_cols)
+                w = arb(1) / n_cols if dead_policy == "uniform" else zero
+                out_v.extend([w] * n_cols)
+                if self.track:  # "uniform": 1/n_k with its division's rounding; else exactly 0
+                    eps = bounds.C_DIV * bounds.U if dead_policy == "uniform" else zero
+                    parts["err"].extend([eps * w] * n_cols)
+                    parts["norm"].extend([zero] * n_cols)
+                    parts["eta"].extend([zero] * n_cols)
+                    parts["eps"].append(eps)
+                    parts["second"].append(zero)
+                    parts["rho"].append([eps] * n_cols)
                 continue
             m = functools.reduce(lambda a, b: a.max(b), (row[j] for j in range(n_cols) if kept[j]))
             t = [row[j] - m if kept[j] else zero for j in range(n_cols)]
@@ -232,22 +240,47 @@ class Graph:
             a = [ex[j] / total if kept[j] else zero for j in range(n_cols)]
             out_v.extend(a)
             if self.track:
-                t_abs = [x.abs_upper() for x in t]
-                err, rho = bounds.softmax_row(
-                    [x.abs_upper() for x in a], t_abs, None if e_rows is None else e_rows[i], kept
-                )
-                out_e.extend(err)
-                rhos.append(rho)
-                t_abs_rows.append(t_abs)
+                b = bounds.softmax_row(a, [x.abs_upper() for x in t], None if e_rows is None else e_rows[i], kept)
+                for key in ("err", "norm", "eta"):
+                    parts[key].extend(b[key])
+                parts["eps"].append(b["eps"])
+                parts["second"].append(b["second"])
+                parts["rho"].append(b["rho"])
         v = am.build(n_rows, n_cols, out_v)
-        e = am.build(n_rows, n_cols, out_e) if self.track else None
-        return Softmaxed(T(v, e), dead, rhos if self.track else None, t_abs_rows if self.track else None)
+        if not self.track:
+            return Softmaxed(T(v), dead)
+        err = bounds.SoftmaxErr(
+            a=v,
+            err=am.build(n_rows, n_cols, parts["err"]),
+            norm=am.build(n_rows, n_cols, parts["norm"]),
+            eta=am.build(n_rows, n_cols, parts["eta"]),
+            eps=am.build(n_rows, 1, parts["eps"]),
+            second=am.build(n_rows, 1, parts["second"]),
+            rho=parts["rho"],
+        )
+        return Softmaxed(T(v, err.err), dead, err)
+
+    def weighted(self, sm: Softmaxed, x: T) -> T:
+        """``A X`` for softmax weights A (attention output, z): see ``bounds.weighted_values``."""
+        v = sm.a.v * x.v
+        e = bounds.weighted_values(sm.err, x.abs, x.e, x.v, v) if self.track else None
+        return T(v, e)
+
+    def attention_backward(self, sm: Softmaxed, d_a: T, q: T, k: T, s: arb) -> tuple[T, T]:
+        """d_q = s dS k and d_k = s dS^T q, dS = A * (dA - rowsum(dA * A)) the softmax's backward."""
+        if not self.track:
+            a = sm.a.v
+            n = a.ncols()
+            ds = am.emul(a, d_a.v - am.bcast_cols(am.rowsum(am.emul(d_a.v, a)), n))
+            return self.scale(T(ds * k.v), s, 0), self.scale(T(ds.transpose() * q.v), s, 0)
+        p, e_p, dsq, e_dsq = bounds.attention_grads(sm.err, d_a.v, d_a.e, q.v, q.e, k.v, k.e, bounds.SCORE_EXTRA)
+        return self.scale(T(p, e_p), s, bounds.SCORE_EXTRA), self.scale(T(dsq, e_dsq), s, bounds.SCORE_EXTRA)
 
     # ---------------------------------------------------------------- attention
     def attention(self, q: T, k: T, v: T, s: arb, mask: Mask | None) -> tuple[T, Softmaxed]:
         scores = self.scores(q, k, s, mask)
         sm = self.softmax_rows(scores, None if mask is None else mask.keep, self.masked_query)
-        return self.matmul(sm.a, v), sm
+        return self.weighted(sm, v), sm
 
     def mean_rows(self, f: T) -> T:
         n = f.v.nrows()
@@ -469,7 +502,7 @@ def classifier_forward_graph(g: Graph, x_emb: np.ndarray, p: dict[str, T]) -> Fo
     v = g.affine(x, p["w_v"], p["b_v"])
     scores = g.scores(q, k, arb(d).rsqrt(), None)
     weights = g.softmax_rows(scores, None, "nan")
-    z = g.matmul(weights.a, v)
+    z = g.weighted(weights, v)
     f = g.affine(z, p["w_f"], p["b_f"])
     pooled = g.mean_rows(f)
     probs = g.softmax_rows(pooled, None, "nan")
@@ -500,7 +533,7 @@ def _loss(g: Graph, fw: Forward, label: int) -> T:
     value = sum((x.exp() for x in t), am.ZERO).log() - t[label]
     e = None
     if g.track:
-        e = arb_mat([[bounds.loss(fw.probs.rho[0][label], value.abs_upper(), t[label].abs_upper())]])
+        e = arb_mat([[bounds.loss(fw.probs.err.rho[0][label], value.abs_upper(), t[label].abs_upper())]])
     return T(arb_mat([[value]]), e)
 
 
@@ -515,10 +548,6 @@ class Step:
 def _sub(g: Graph, x: T, y: T) -> T:
     v = x.v - y.v
     return T(v, bounds.entry_sub(am.eabs(v), x.e, y.e) if g.track else None)
-
-
-def _mul(g: Graph, x: T, y: T) -> T:
-    return T(am.emul(x.v, y.v), bounds.entry_mul(x.abs, x.e, y.abs, y.e) if g.track else None)
 
 
 def backward(g: Graph, fw: Forward, d_pooled: T, p: dict[str, T]) -> dict[str, T]:
@@ -537,15 +566,8 @@ def backward(g: Graph, fw: Forward, d_pooled: T, p: dict[str, T]) -> dict[str, T
     a = fw.weights.a
     d_a = g.matmul(d_z, fw.v.transpose())
     d_v = g.matmul(a.transpose(), d_z)
-    # softmax Jacobian per row: dS_ij = A_ij (dA_ij - sum_l dA_il A_il)
-    r_v = am.rowsum(am.emul(d_a.v, a.v))
-    r = T(r_v, bounds.rowdot(d_a.abs, d_a.e, a.abs, a.e) if g.track else None)
-    r_b = T(am.bcast_cols(r.v, n), am.bcast_cols(r.e, n) if g.track else None)
-    centred = _sub(g, d_a, r_b)
-    d_s = _mul(g, a, centred)
-    s = arb(d).rsqrt()
-    d_q = g.scale(g.matmul(d_s, fw.k), s, bounds.SCORE_EXTRA)
-    d_k = g.scale(g.matmul(d_s.transpose(), fw.q), s, bounds.SCORE_EXTRA)
+    # through the softmax (dS_ij = A_ij (dA_ij - sum_l dA_il A_il)) and the scaled scores
+    d_q, d_k = g.attention_backward(fw.weights, d_a, fw.q, fw.k, arb(d).rsqrt())
     xt = fw.x.transpose()
     grads["w_q"] = g.matmul(xt, d_q)
     grads["b_q"] = g.colsum(d_q)
