@@ -128,9 +128,12 @@ def failure_details(results: list[CaseResult]) -> str:
     return "\n\n".join(f"[{r.impl}] {r.message()}" for r in results if r.status in FAILING | {"unavailable", "missing"})
 
 
-def write_json(results: list[CaseResult], path: Path, meta: dict[str, Any] | None = None) -> None:
+def write_json(
+    results: list[CaseResult], path: Path, meta: dict[str, Any] | None = None, *, interrupted: bool = False
+) -> None:
     doc = {
         "version": REPORT_VERSION,
+        "interrupted": interrupted,  # SIGINT/SIGTERM ended the run: only the cases that ran are here
         "meta": meta or {},
         "results": [o.as_json() for r in results for o in r.outputs],
         "summary": summary(results),

@@ -118,10 +118,12 @@ def test_verify_cli_reports_truncated_file_and_runs_the_rest(fixtures_copy: Path
     victim.write_bytes(victim.read_bytes()[:40])
     code = cli.main(["verify", "--impl", "reference", "--dir", str(fixtures_copy), "--case", "softmax_*"])
     out = capsys.readouterr().out
-    assert code == 1
+    assert code == 2  # bad input, not a disagreement; the other cases still ran and are reported
     assert "softmax_ties" in out and "fixture error" in out and str(victim) in out
+    assert f"{victim}: sha256 does not match the manifest" in out
     others = sum(1 for e in read_manifest(fixtures_copy)["cases"] if e["id"].startswith("softmax_")) - 1
     assert f"reference: 1 error, {others} pass" in out
+    assert f"bad fixture files in {fixtures_copy} for case(s) softmax_ties: exit 2" in out
 
 
 def test_arrays_are_loaded_without_pickles(tmp_path: Path) -> None:
