@@ -9,7 +9,7 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,6 +217,7 @@ def run_suite(
     *,
     parallel: bool = True,
     stop: threading.Event | None = None,
+    live: Mapping[str, Implementation] | None = None,
 ) -> list[CaseResult]:
     """Every selected case on every named implementation; results ordered by implementation (as
     named), then by case (manifest order), whether or not they ran side by side.
@@ -229,6 +230,7 @@ def run_suite(
     that really ran. An implementation whose runtime cannot start is ``unavailable`` for each
     case, which becomes ``error`` when it is in ``required`` (asked for, or anything under CI=true).
     A case whose fixture files are bad is ``error`` with ``fixture_error`` set, on every implementation.
+    ``live``: implementations already made (a test's pool), used instead of new ones and left open.
     """
     ports = ports or {}
     required = required or set()
@@ -241,7 +243,9 @@ def run_suite(
         except FixtureError as exc:
             cases.append(FixtureError(f"case {entry.get('id', '?')!r}: fixture error: {exc}"))
     total = len(entries)
-    events: queue.SimpleQueue[tuple[str, int, int, str]] = queue.SimpleQueue()
+    # queue.Queue, not SimpleQueue: CPython 3.11's SimpleQueue.get(timeout=...) interrupted by a signal
+    # can retry with a negative timeout, which blocks for ever (seen here: a SIGINT hung verify).
+    events: queue.Queue[tuple[str, int, int, str]] = queue.Queue()
 
     def run_one(name: str, emit: Callable[[str, int, int, str], None]) -> list[CaseResult]:
         out: list[CaseResult] = []
@@ -249,11 +253,14 @@ def run_suite(
             return out
         port = ports.get(name)
         emit(name, 0, total, "")
-        try:
-            impl: Implementation | None = registry.create(name, port)
-            unavailable = ""
-        except ImplementationUnavailable as exc:
-            impl, unavailable = None, str(exc)
+        impl: Implementation | None = (live or {}).get(name)
+        unavailable = ""
+        if impl is None:
+            try:
+                impl = registry.create(name, port)
+            except ImplementationUnavailable as exc:
+                unavailable = str(exc)
+        owned = impl is not None and name not in (live or {})
         try:
             for i, (entry, case) in enumerate(zip(entries, cases, strict=True)):
                 if stop.is_set():
@@ -281,7 +288,7 @@ def run_suite(
                 out.append(res)
                 emit(name, i + 1, total, case_id)
         finally:
-            if impl is not None:
+            if owned:
                 impl.close()
         return out
 
@@ -324,7 +331,7 @@ def _ignore(*_: object) -> None:
 
 def _pump(
     threads: list[threading.Thread],
-    events: queue.SimpleQueue[tuple[str, int, int, str]],
+    events: queue.Queue[tuple[str, int, int, str]],
     progress: Progress | None,
     stop: threading.Event,
 ) -> None:
