@@ -8,7 +8,8 @@ schema cannot say, and only then is any file the document names opened.
 
 The manifest (``check_manifest``), before any file is read:
   - every file it names is a relative path of plain components inside the fixture folder (no
-    ``..``, no absolute path, and still inside after symlinks are resolved);
+    ``..``, no absolute path, and still inside after symlinks are resolved; a reader of single
+    files, ``fixtures.load_array``, repeats the first two checks, since its entry came from here);
   - every array it declares holds at most :data:`MAX_ARRAY_BYTES` (shape x dtype size), so no
     manifest can make us allocate more than that per file; case ids are unique.
   A violation is the whole run's error (``attention-ports`` exits 2 before running anything).
@@ -321,12 +322,10 @@ def read_json(path: Path, max_bytes: int, error: Error, what: str) -> Any:
 
 
 # ---------------------------------------------------------------------------------------- manifest
-def resolve_inside(root: Path, rel: str, error: Error, where: str) -> Path:
-    """``root / rel`` for a relative path of plain components that stays inside ``root``, symlinks
-    resolved; anything else (absolute, ``..``, a link leading out) is ``error`` naming ``where``."""
-    pure = PurePosixPath(rel)
+def check_relative(rel: str, error: Error, where: str) -> None:
+    """``rel`` is a relative path of plain components (no '..', not absolute), ending in .npy."""
     bad = (
-        pure.is_absolute()
+        PurePosixPath(rel).is_absolute()
         or "\\" in rel
         or "\0" in rel
         or any(part in {"..", "."} for part in rel.split("/"))
@@ -337,9 +336,26 @@ def resolve_inside(root: Path, rel: str, error: Error, where: str) -> Path:
             f"{where}: {rel!r} is not a relative path inside the fixture folder (plain names joined by '/', "
             "ending in .npy; no '..', no absolute path)"
         )
-    base = root.resolve()
-    target = (base / rel).resolve()
-    if not target.is_relative_to(base):
+
+
+def resolve_inside(root: Path, rel: str, error: Error, where: str, real_dirs: dict[str, str] | None = None) -> Path:
+    """``root / rel`` for a relative path of plain components that stays inside ``root``, symlinks
+    resolved; anything else (absolute, ``..``, a link leading out) is ``error`` naming ``where``.
+    ``real_dirs`` caches resolved folders over one manifest (a manifest names ~2,000 files)."""
+    check_relative(rel, error, where)
+    cache = real_dirs if real_dirs is not None else {}
+
+    def real(path: str) -> str:
+        if path not in cache:
+            cache[path] = os.path.realpath(path)
+        return cache[path]
+
+    base = real(os.fspath(root))
+    parent, _, name = rel.rpartition("/")
+    target = os.path.join(real(os.path.join(os.fspath(root), parent)) if parent else base, name)
+    if os.path.islink(target):
+        target = os.path.realpath(target)
+    if not target.startswith(base.rstrip(os.sep) + os.sep):
         raise error(f"{where}: {rel!r} leads outside the fixture folder {base} (to {target}, through a symlink)")
     return root / rel
 
@@ -371,6 +387,7 @@ def check_manifest(manifest: Any, path: Path, root: Path, error: Error) -> None:
     if problems:
         raise error("the manifest is malformed:\n  " + "\n  ".join(problems))
     seen: set[str] = set()
+    real_dirs: dict[str, str] = {}
     for i, case in enumerate(manifest["cases"]):
         if case["id"] in seen:
             raise error(f"{where(['cases', i, 'id'])}: case id {case['id']!r} appears twice")
@@ -379,7 +396,7 @@ def check_manifest(manifest: Any, path: Path, root: Path, error: Error) -> None:
             for name, meta in case[kind].items():
                 fields = ["file", "bound_file"] if kind == "expected" else ["file"]
                 for f in fields:
-                    resolve_inside(root, meta[f], error, where(["cases", i, kind, name, f]))
+                    resolve_inside(root, meta[f], error, where(["cases", i, kind, name, f]), real_dirs)
                 size = array_bytes(meta["shape"], meta["dtype"])
                 if size > MAX_ARRAY_BYTES:
                     raise error(
