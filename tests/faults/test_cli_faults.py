@@ -21,7 +21,18 @@ from attention_ports import cli, runner
 from attention_ports.fixtures import REPO_FIXTURES, generate
 from attention_ports.runner import repro_command
 from attention_ports.targets import TargetError, check_targets
-from tests.faults.conftest import SDPA, SDPA_2, SOFTMAX, SOFTMAX_2, check_runtime, port, processes_with, wait_for
+from tests.faults.conftest import (
+    SDPA,
+    SDPA_2,
+    SOFTMAX,
+    SOFTMAX_2,
+    alive,
+    check_runtime,
+    children_of,
+    port,
+    processes_with,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -182,3 +193,34 @@ def test_a_signal_ends_the_run_cleanly_with_a_partial_report(lang: str, how: sig
     # the port: its two softmax cases; the hanging one is dropped (killed by us, not its own failure)
     assert [(c, s) for i, c, s in ran if i == lang] == [(SOFTMAX, "pass"), (SOFTMAX_2, "pass")]
     wait_for(lambda: not processes_with(str(path)), timeout=10, what=f"no {lang} worker left")
+
+
+def test_sigterm_stops_generate_at_once_leaving_nothing_half_written(tmp_path: Path) -> None:
+    """generate computes the truth in worker processes; SIGTERM must not wait for the whole
+    generation (a `with ProcessPoolExecutor` did), must leave no worker and no temporary file."""
+    out_dir = tmp_path / "fx"
+    out_dir.mkdir()
+    shutil.copy(REPO_FIXTURES / "catalogue.toml", out_dir / "catalogue.toml")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attention_ports.cli", "generate", "--out", str(out_dir), "--jobs", "2"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith("generate: 0/")  # the workers are computing
+        time.sleep(1.0)
+        workers = children_of(proc.pid)
+        assert workers  # the truth's worker processes (and multiprocessing's resource tracker)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)  # not the minute a whole generation takes
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "attention-ports: interrupted (SIGTERM)" in proc.stderr.read()
+    wait_for(lambda: not any(alive(w) for w in workers), timeout=10, what="the truth's workers gone")
+    assert not list(out_dir.rglob("*.tmp")) and not (out_dir / "manifest.json").exists()
