@@ -11,8 +11,12 @@ setup:
 verify: setup
 	$(VENV)/bin/attention-ports verify
 
+# pytest-xdist: one worker per core (each with its own R and Julia workers); --dist loadgroup keeps
+# an implementation's fixture cases, and the tests sharing the installed wheel, on one worker each.
+PYTEST_JOBS ?= auto
+
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_JOBS) --dist loadgroup
 	@bash scripts/native_tests.sh
 	$(VENV)/bin/ruff check .
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ import numpy as np
 import tomllib
 
 import reference
-from attention_ports import ops
+from attention_ports import ops, validate
 from reference import sentiment
 
 CATALOGUE_FORMAT = 2
@@ -71,7 +72,9 @@ def _case_seed(global_seed: int, case_id: str) -> int:
 
 
 def load_catalogue(path: Path) -> Catalogue:
-    raw_bytes = path.read_bytes()
+    """Read and validate a catalogue (attention_ports/validate.py: a regular file of bounded size,
+    every field of its type); any problem is a CatalogueError naming the case and the field."""
+    raw_bytes = validate.read_regular_file(path, validate.MAX_CATALOGUE_BYTES, CatalogueError, "catalogue")
     try:
         raw = tomllib.loads(raw_bytes.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -79,7 +82,7 @@ def load_catalogue(path: Path) -> Catalogue:
     if raw.get("format_version") != CATALOGUE_FORMAT:
         raise CatalogueError(f"{path}: format_version must be {CATALOGUE_FORMAT}, got {raw.get('format_version')!r}")
     seed = raw.get("seed")
-    if not isinstance(seed, int):
+    if not isinstance(seed, int) or isinstance(seed, bool):
         raise CatalogueError(f"{path}: top-level 'seed' must be an integer")
     if "tolerances" in raw:
         raise CatalogueError(
@@ -90,6 +93,7 @@ def load_catalogue(path: Path) -> Catalogue:
     unknown_top = set(raw) - {"format_version", "seed", "case", "coverage"}
     if unknown_top:
         raise CatalogueError(f"{path}: unknown top-level keys {sorted(unknown_top)}")
+    _check_types(raw, path)
     cases = []
     seen: set[str] = set()
     for i, entry in enumerate(raw.get("case", [])):
@@ -101,6 +105,32 @@ def load_catalogue(path: Path) -> Catalogue:
     if not cases:
         raise CatalogueError(f"{path}: no [[case]] entries")
     return Catalogue(path=path, seed=seed, cases=tuple(cases), sha256=hashlib.sha256(raw_bytes).hexdigest())
+
+
+def _check_types(raw: dict[str, Any], path: Path) -> None:
+    """Every field of its type (validate.CATALOGUE_SCHEMA) and every generated input of bounded size."""
+
+    def where(p: list[Any]) -> str:
+        if len(p) >= 2 and p[0] == "case" and isinstance(p[1], int):
+            entry = raw["case"][p[1]]
+            case_id = entry.get("id") if isinstance(entry, dict) else None
+            label = f"case {case_id!r}" if isinstance(case_id, str) else f"case #{p[1] + 1}"
+            rest = validate.json_path(p[2:])
+            return f"{path}: {label}" + (f", field {rest!r}" if p[2:] else "")
+        return f"{path}: field {validate.json_path(p)!r}"
+
+    problems = validate.schema_problems(raw, validate.CATALOGUE_SCHEMA, where)
+    if problems:
+        raise CatalogueError("\n  ".join(["the catalogue is malformed:", *problems]))
+    for i, entry in enumerate(raw["case"]):
+        for name, how in entry.get("inputs", {}).items():
+            dims = next((how[k] for k in ("normal", "uniform", "constant", "causal", "padding") if k in how), [])
+            count = math.prod(dims) * math.prod(how.get("tile", []))
+            if count > validate.MAX_CATALOGUE_ELEMENTS:
+                raise CatalogueError(
+                    f"{where(['case', i, 'inputs', name])}: {count} elements, more than the "
+                    f"{validate.MAX_CATALOGUE_ELEMENTS} one generated input may have"
+                )
 
 
 def _parse_case(entry: dict[str, Any], index: int, seed: int, path: Path) -> CaseSpec:
@@ -156,7 +186,7 @@ def build_inputs(case: CaseSpec) -> dict[str, np.ndarray]:
     for name, how in case.inputs.items():
         try:
             out[name] = _build_one(how, rng)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise CatalogueError(f"case {case.id!r}: input {name!r} ({how!r}): {exc}") from exc
     return out
 

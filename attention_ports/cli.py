@@ -1,14 +1,31 @@
-"""``attention-ports``: generate fixtures, check them for drift, verify implementations, benchmark."""
+"""``attention-ports``: generate fixtures, check them for drift, verify implementations, benchmark.
+
+Exit codes (every command):
+
+  0    agree: everything asked for passed (``check-fixtures``: no drift)
+  1    disagree: a case failed or errored (``check-fixtures``: drift)
+  2    bad input or usage: an unknown option, a malformed manifest or catalogue (file and field
+       named), a fixture file that fails its checks (``verify`` still runs and reports the other
+       cases), a report target that cannot be written (checked before the run)
+  3    internal error: an unexpected exception in attention-ports itself (a short traceback is
+       printed; please report it)
+  130  interrupted by SIGINT, 143 by SIGTERM: no new case starts, the workers are killed, the
+       report of the cases that ran is printed and written (``"interrupted": true`` in the JSON)
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from attention_ports import doctor, installers, paths, progress, registry, skeleton
+from attention_ports import doctor, installers, paths, progress, registry, skeleton, supervisor
 from attention_ports.catalogue import CatalogueError
 from attention_ports.fixtures import REPO_FIXTURES, FixtureError, check, generate
 from attention_ports.mutation import MutantError
@@ -24,8 +41,59 @@ from attention_ports.report import (
     write_markdown,
 )
 from attention_ports.runner import FAILING, in_ci, run_suite
+from attention_ports.targets import TargetError, check_targets
 
 DEFAULT_IMPLS = list(registry.IMPLEMENTATIONS)
+
+EXIT_AGREE = 0
+EXIT_DISAGREE = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+EXIT_SIGNAL_BASE = 128  # + the signal's number: 130 for SIGINT, 143 for SIGTERM (the shell's convention)
+BAD_INPUT = (FixtureError, CatalogueError, MutantError, TargetError)
+
+
+class Interrupted(BaseException):  # a signal, like KeyboardInterrupt, not an error
+    """SIGTERM where no graceful handler is installed: unwinds like KeyboardInterrupt does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def graceful_stop() -> Iterator[dict]:
+    """SIGINT and SIGTERM set ``state["stop"]`` (an Event: no new case starts) and kill every worker
+    at once (the case they were running is dropped, not blamed on them); ``state["signum"]`` says
+    which came. A second signal ends the process at once (workers killed, no report)."""
+    state: dict = {"stop": threading.Event(), "signum": None}
+
+    def handler(signum: int, _frame: object) -> None:
+        if state["signum"] is not None:
+            supervisor.shutdown_all()
+            print(f"\nattention-ports: {signal.Signals(signum).name} again: stopping now", file=sys.stderr)
+            sys.stderr.flush()
+            import os
+
+            os._exit(EXIT_SIGNAL_BASE + signum)
+        state["signum"] = signum
+        state["stop"].set()
+        supervisor.shutdown_all()
+        print(
+            f"\nattention-ports: {signal.Signals(signum).name}: stopping (no new case starts; again to quit now)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    if threading.current_thread() is not threading.main_thread():  # signals reach only the main thread
+        yield state
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield state
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def parse_port(text: str) -> tuple[str, Path]:
@@ -64,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--html", type=Path, default=None, help="write one self-contained HTML page with heatmaps here")
     v.add_argument("--strict", action="store_true", help="missing operations fail too")
     v.add_argument("--quiet", action="store_true", help="no table, only failures and the summary")
+    v.add_argument(
+        "--sequential",
+        action="store_true",
+        help="run the implementations one after another (default: side by side; the results are the same)",
+    )
 
     d = sub.add_parser("doctor", help="show which runtimes are available and the command that gets each missing one")
     d.add_argument(
@@ -141,16 +214,36 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def report_targets(args: argparse.Namespace) -> dict[str, Path]:
+    """Every report file the options name, resolved and proved writable before the run (exit 2 if
+    not). A new report option joins here."""
+    options = {"--json": "json", "--junit": "junit", "--markdown": "markdown", "--html": "html"}
+    return check_targets({opt: getattr(args, attr, None) for opt, attr in options.items()})
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
+    targets = report_targets(args)
+    fixtures_dir = args.dir.resolve()  # as given, before anything can change the directory
     ports = dict(args.port)
     impls = args.impl or (list(dict.fromkeys([*DEFAULT_IMPLS])) if not ports else list(ports))
     for name in ports:
         if name not in impls:
             impls.append(name)
     required = set(DEFAULT_IMPLS) if in_ci() else set(args.impl or []) | set(ports)
-    results = run_suite(args.dir, impls, ports, args.case, required=required, progress=progress.VerifyProgress())
+    with graceful_stop() as state:
+        results = run_suite(
+            fixtures_dir,
+            impls,
+            ports,
+            args.case,
+            required=required,
+            progress=progress.VerifyProgress(),
+            parallel=not args.sequential,
+            stop=state["stop"],
+        )
+    signum = state["signum"]
     meta = {"implementations": impls, "ports": {k: str(v) for k, v in ports.items()}}
-    report = Report(results, meta, strict=args.strict)
+    report = Report(results, meta, strict=args.strict, interrupted=signum is not None)
     if not args.quiet:
         print(table(report))
         print()
@@ -163,21 +256,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if acc:
         print()
         print(acc)
-    writers = (
-        (args.json, write_json),
-        (args.junit, write_junit),
-        (args.markdown, write_markdown),
-        (args.html, write_html),
-    )
-    for target, write in writers:
-        if target is not None:
-            write(report, target)
+    writers = {"--json": write_json, "--junit": write_junit, "--markdown": write_markdown, "--html": write_html}
+    for option, target in targets.items():
+        writers[option](report, target)
+    if signum is not None:
+        name = signal.Signals(signum).name
+        print(f"interrupted by {name}: {len(results)} case run(s) finished; the report holds only those")
+        return EXIT_SIGNAL_BASE + signum
+    bad_fixtures = sorted({r.case for r in results if r.fixture_error})
+    if bad_fixtures:
+        print(f"bad fixture files in {fixtures_dir} for case(s) {', '.join(bad_fixtures)}: exit {EXIT_BAD_INPUT}")
+        return EXIT_BAD_INPUT
     bad = {r.status for r in results} & (FAILING | ({"missing"} if args.strict else set()))
     # Partial ports are the user's business; an operation missing from a port we ship is our bug.
     ours_missing = sorted({r.impl for r in results if r.status == "missing" and r.impl not in ports})
     if ours_missing:
         print(f"the shipped port(s) {', '.join(ours_missing)} lack operations: that fails even without --strict")
-    return 1 if bad or ours_missing else 0
+    return EXIT_DISAGREE if bad or ours_missing else EXIT_AGREE
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -233,6 +328,7 @@ def cmd_mutation(args: argparse.Namespace) -> int:
 
     from attention_ports import mutation
 
+    json_target = check_targets({"--json": args.json}).get("--json")
     langs = args.lang or list(mutation.LANGS)
     chosen = [
         m
@@ -272,12 +368,12 @@ def cmd_mutation(args: argparse.Namespace) -> int:
         }
         from attention_ports.fixtures import atomic_write
 
-        atomic_write(args.json, (json.dumps(doc, indent=1) + "\n").encode())
+        atomic_write(json_target, (json.dumps(doc, indent=1) + "\n").encode())
     return 0 if all(r.ok for r in results) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # a usage error exits 2 here (argparse)
     handlers = {
         "generate": cmd_generate,
         "check-fixtures": cmd_check,
@@ -290,10 +386,46 @@ def main(argv: list[str] | None = None) -> int:
         "init": lambda a: skeleton.main(a.language, a.path),
     }
     try:
-        return handlers[args.command](args)
-    except (FixtureError, CatalogueError, MutantError) as exc:
+        with _sigterm_unwinds():
+            return handlers[args.command](args)
+    except BAD_INPUT as exc:
         print(f"attention-ports: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        supervisor.shutdown_all()
+        print("\nattention-ports: interrupted (SIGINT)", file=sys.stderr)
+        return EXIT_SIGNAL_BASE + signal.SIGINT
+    except Interrupted as exc:
+        supervisor.shutdown_all()
+        print(f"\nattention-ports: interrupted ({exc})", file=sys.stderr)
+        return EXIT_SIGNAL_BASE + exc.signum
+    except Exception as exc:  # a bug of ours: never exit 1, which means "the ports disagree"
+        frames = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-6)
+        print("".join(frames).rstrip(), file=sys.stderr)
+        print(
+            f"attention-ports: internal error ({type(exc).__name__}: {exc}); this is a bug in attention-ports, "
+            f"not in a port (exit {EXIT_INTERNAL})",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises Interrupted (as SIGINT raises KeyboardInterrupt), so that ``finally`` blocks run,
+    workers are closed and atomic writes are abandoned cleanly; ``verify`` installs its own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        raise Interrupted(signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from attention_ports import paths, truth
-from attention_ports.catalogue import CaseSpec, Catalogue, build_inputs, load_catalogue
+from attention_ports import paths, truth, validate
+from attention_ports.catalogue import CaseSpec, Catalogue, CatalogueError, build_inputs, load_catalogue
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -36,6 +36,10 @@ ALLOWED_DTYPES = {"float64", "int64", "bool"}
 
 class FixtureError(Exception):
     """A fixture file or manifest entry is missing, corrupted or malformed; names the file."""
+
+
+class ManifestError(FixtureError):
+    """The manifest itself is unusable (unreadable, malformed, a path leading out): nothing can run."""
 
 
 @dataclass(frozen=True)
@@ -67,11 +71,28 @@ def npy_bytes(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux >= 4.7); else set and restored at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # not thread-safe for that instant: only where /proc says nothing
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all (a temporary file in its folder, then a rename), with the
+    mode a plain ``open(path, "w")`` would give it (0666 less the umask; mkstemp's own is 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~current_umask())
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -208,40 +229,31 @@ def _existing_case_files(root: Path) -> list[str]:
 
 
 def read_manifest(fixtures_dir: Path) -> dict[str, Any]:
+    """The manifest, validated as a whole before any file it names is read (attention_ports/validate.py)."""
     path = fixtures_dir / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise FixtureError(f"{path}: no manifest (run `attention-ports generate --out {fixtures_dir}`)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FixtureError(f"{path}: not valid JSON: {exc}") from exc
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise FixtureError(
-            f"{path}: format_version {manifest.get('format_version')!r} is not {FORMAT_VERSION} "
-            f"(regenerate with `attention-ports generate --out {fixtures_dir}`)"
-        )
-    if not isinstance(manifest.get("cases"), list):
-        raise FixtureError(f"{path}: 'cases' must be a list")
+    if not os.path.lexists(path):
+        raise ManifestError(f"{path}: no manifest (run `attention-ports generate --out {fixtures_dir}`)")
+    manifest = validate.read_json(path, validate.MAX_MANIFEST_BYTES, ManifestError, "manifest")
+    validate.check_manifest(manifest, path, fixtures_dir, ManifestError)
     return manifest
 
 
 def load_array(fixtures_dir: Path, meta: dict[str, Any]) -> np.ndarray:
-    """Load one array, checking hash, dtype and shape against its manifest entry."""
+    """Load one array: a regular file of bounded size, its hash, then its header against the
+    manifest's shape and dtype and the file's length, and only then the data (never a pickle)."""
+    validate.check_relative(meta["file"], FixtureError, f"{fixtures_dir / MANIFEST}")  # links: read_manifest
     path = fixtures_dir / meta["file"]
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise FixtureError(f"{path}: file is missing") from None
+    limit = validate.array_bytes(meta["shape"], meta["dtype"]) + validate.MAX_NPY_HEADER
+    data = validate.read_regular_file(
+        path, min(limit, validate.MAX_ARRAY_BYTES + validate.MAX_NPY_HEADER), FixtureError
+    )
     if _sha256(data) != meta["sha256"]:
         raise FixtureError(f"{path}: sha256 does not match the manifest (corrupted or edited)")
+    validate.check_npy(path, data, meta["shape"], meta["dtype"], FixtureError)
     try:
         arr = np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise FixtureError(f"{path}: not a readable .npy file: {exc}") from exc
-    if arr.dtype.name != meta["dtype"] or list(arr.shape) != list(meta["shape"]):
-        raise FixtureError(
-            f"{path}: holds {arr.dtype.name}{list(arr.shape)}, manifest says {meta['dtype']}{meta['shape']}"
-        )
     return arr
 
 
@@ -252,6 +264,14 @@ def load_case(fixtures_dir: Path, entry: dict[str, Any]) -> Case:
             name: Expected(load_array(fixtures_dir, meta), load_array(fixtures_dir, _bound_meta(meta)))
             for name, meta in entry["expected"].items()
         }
+        validate.check_bounds(
+            entry["id"],
+            {
+                name: (exp.array, exp.bound, fixtures_dir / entry["expected"][name]["bound_file"])
+                for name, exp in expected.items()
+            },
+            FixtureError,
+        )
         return Case(
             id=entry["id"],
             op=entry["op"],
@@ -284,38 +304,41 @@ def check(fixtures_dir: Path, workers: int | None = None, progress: Progress | N
     byte comparisons, and generation is CPU-independent, so the gate means the same everywhere.
     """
     problems: list[str] = []
-    try:
-        manifest = read_manifest(fixtures_dir)
-    except FixtureError as exc:
-        return [str(exc)]
+    manifest = read_manifest(fixtures_dir)  # a malformed one is bad input (ManifestError), not drift
     listed: set[str] = set()
+
+    def read(path: Path) -> bytes | None:  # a regular file of bounded size, or a problem
+        try:
+            return validate.read_regular_file(path, validate.MAX_ARRAY_BYTES + validate.MAX_NPY_HEADER, FixtureError)
+        except FixtureError as exc:
+            problems.append(str(exc))
+            return None
+
     for entry in manifest["cases"]:
-        metas = [*entry.get("inputs", {}).values()]
-        for meta in entry.get("expected", {}).values():
-            metas.append(meta)
-            if "bound_file" in meta:
-                metas.append(_bound_meta(meta))
-            else:
-                problems.append(f"{fixtures_dir / meta['file']}: the manifest names no bound file")
+        metas = [*entry["inputs"].values()]
+        for meta in entry["expected"].values():
+            metas += [meta, _bound_meta(meta)]
         for meta in metas:
             listed.add(meta["file"])
-            path = fixtures_dir / meta["file"]
-            if not path.is_file():
-                problems.append(f"{path}: missing")
-            elif _sha256(path.read_bytes()) != meta["sha256"]:
-                problems.append(f"{path}: sha256 differs from the manifest")
+            data = read(fixtures_dir / meta["file"])
+            if data is not None and _sha256(data) != meta["sha256"]:
+                problems.append(f"{fixtures_dir / meta['file']}: sha256 differs from the manifest")
     for extra in sorted(set(_existing_case_files(fixtures_dir)) - listed):
         problems.append(f"{fixtures_dir / extra}: not listed in the manifest")
     try:
         files, fresh = render(load_catalogue(fixtures_dir / CATALOGUE), workers=workers, progress=progress)
-    except Exception as exc:  # any failure to regenerate is itself drift worth reporting
+    except CatalogueError:
+        raise  # bad input, named by field: not drift
+    except Exception as exc:  # any other failure to regenerate is itself drift worth reporting
         return [*problems, f"{fixtures_dir / CATALOGUE}: cannot regenerate: {exc}"]
     for rel, data in files.items():
         path = fixtures_dir / rel
-        if path.is_file() and path.read_bytes() != data and not any(p.startswith(f"{path}:") for p in problems):
-            problems.append(f"{path}: differs from a fresh generation (catalogue or truth engine changed)")
-        elif not path.is_file() and not any(p.startswith(f"{path}:") for p in problems):
+        if any(p.startswith(f"{path}:") for p in problems):
+            continue
+        if not path.exists():
             problems.append(f"{path}: a fresh generation has it, the fixtures do not")
+        elif (have := read(path)) is not None and have != data:
+            problems.append(f"{path}: differs from a fresh generation (catalogue or truth engine changed)")
     if json.loads(manifest_bytes(fresh)) != manifest:
         problems.append(f"{fixtures_dir / MANIFEST}: differs from a fresh generation (run `attention-ports generate`)")
     return problems

@@ -149,38 +149,67 @@ def port_paths(request: pytest.FixtureRequest) -> dict[str, Path]:
 # --- proof that the cases ran ---------------------------------------------------------------------
 
 
+IMPL_PROPERTY = "attention_ports.impl"  # a fixture-case test's implementation, carried on its reports
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 @dataclass(eq=False)  # a plugin object must stay hashable: pluggy keeps plugins in sets
 class CaseCounter:
-    """Fixture cases collected and passed per implementation in one session, and the CI rule."""
+    """Fixture cases run and passed per implementation in one session, and the CI rule.
 
-    collected: Counter[str] = field(default_factory=Counter)
+    Counted from the test reports, not from collection: each report of a fixture-case test carries
+    its implementation (``user_properties``), and under pytest-xdist every worker's reports reach
+    the controller, so the controller counts the whole session, and the rule is decided there (a
+    worker sees only its share). A test counts as run once it has a setup report (so -k and
+    --deselect are respected, and a skip counts as run and not passed); passed, once its call passed.
+    """
+
+    run: dict[str, set[str]] = field(default_factory=dict)  # implementation -> node ids
     passed: Counter[str] = field(default_factory=Counter)
-    impl_of: dict[str, str] = field(default_factory=dict)  # test node id -> implementation
+
+    @property
+    def collected(self) -> dict[str, int]:
+        order = list(registry.IMPLEMENTATIONS)
+        names = sorted(self.run, key=lambda n: (order.index(n) if n in order else len(order), n))
+        return {name: len(self.run[name]) for name in names}
 
     def zero_pass(self) -> list[str]:
         return [impl for impl, n in self.collected.items() if n and self.passed.get(impl, 0) == 0]
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        for item in session.items:  # after -k/--deselect, so counts are what will actually run
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items) -> None:
+        grouped = config.pluginmanager.hasplugin("xdist")
+        for item in items:
             params = getattr(getattr(item, "callspec", None), "params", {})
             if "impl_name" in params and "case_id" in params:  # a fixture case on an implementation
-                self.collected[params["impl_name"]] += 1
-                self.impl_of[item.nodeid] = params["impl_name"]
+                item.user_properties.append((IMPL_PROPERTY, params["impl_name"]))
+                if grouped:  # with --dist loadgroup, one worker runs all of an implementation's cases:
+                    # R and Julia start (and Julia compiles) once per session, not once per worker
+                    item.add_marker(pytest.mark.xdist_group(name=f"impl-{params['impl_name']}"))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "call" and report.passed and report.nodeid in self.impl_of:
-            self.passed[self.impl_of[report.nodeid]] += 1
+        impl = dict(report.user_properties).get(IMPL_PROPERTY)
+        if impl is None:
+            return
+        if report.when == "setup":
+            self.run.setdefault(impl, set()).add(report.nodeid)
+        elif report.when == "call" and report.passed:
+            self.passed[impl] += 1
 
     def _enforced(self, config: pytest.Config) -> list[str]:
-        return self.zero_pass() if in_ci() and not config.option.collectonly else []
+        if not in_ci() or config.option.collectonly or _is_xdist_worker(config):
+            return []
+        return self.zero_pass()
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        # Under CI the run must prove the cases ran, for every implementation whose cases were collected.
+        # Under CI the run must prove the cases ran, for every implementation whose cases ran.
         if self._enforced(session.config):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-        if self.collected:
+        if self.collected and not _is_xdist_worker(config):
             line = ", ".join(f"{impl}: {self.passed.get(impl, 0)}/{n}" for impl, n in self.collected.items())
             terminalreporter.write_line(f"fixture cases passed per implementation: {line}")
         if empty := self._enforced(config):

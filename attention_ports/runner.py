@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import sys
+import queue
+import shlex
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -13,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from attention_ports import diagnose, registry
+from attention_ports import diagnose, registry, supervisor
 from attention_ports.compare import compare
 from attention_ports.fixtures import Case, FixtureError, iter_entries, load_case
 from attention_ports.impl import Implementation, ImplementationError, ImplementationUnavailable, OperationMissing
@@ -97,6 +99,7 @@ class CaseResult:
     outputs: list[OutputResult] = field(default_factory=list)
     seconds: float = 0.0
     repro: str = ""
+    fixture_error: str = ""  # the case's fixture files are bad (bad input, not the implementation's fault)
 
     @property
     def status(self) -> str:
@@ -156,12 +159,13 @@ def case_note(reason: str, flags: tuple[str, ...]) -> str:
 
 
 def repro_command(impl: str, case: str, port: Path | None, fixtures_dir: Path | None = None) -> str:
-    parts = ["attention-ports verify", f"--impl {impl}", f"--case {case}"]
+    """The command that runs just this case again, shell-quoted (a path may hold spaces or quotes)."""
+    parts = ["attention-ports", "verify", "--impl", impl, "--case", case]
     if port is not None:
-        parts.append(f"--port {impl}={port}")
+        parts += ["--port", f"{impl}={port}"]
     if fixtures_dir is not None and fixtures_dir.resolve() != _default_dir():
-        parts.append(f"--dir {fixtures_dir}")
-    return " ".join(parts)
+        parts += ["--dir", str(fixtures_dir)]
+    return shlex.join(parts)
 
 
 def _default_dir() -> Path:
@@ -249,14 +253,20 @@ def select_entries(fixtures_dir: Path, case_globs: Iterable[str] = ()) -> list[d
 
 
 Progress = Callable[[str, int, int, str], None]
+"""``progress(impl, done, total, case)``: one implementation's progress, always called from the thread
+that called :func:`run_suite` (never concurrently), in the order the cases finish. ``done`` is 0
+(``case`` "") when the implementation starts; ``done == total`` when it has run every case. With
+concurrent implementations the events of different implementations interleave."""
 
 
-def stderr_progress(impl: str, done: int, total: int, case: str) -> None:
-    if sys.stderr.isatty():
-        end = "\n" if done == total else ""
-        print(f"\r\033[K[{impl}] {done}/{total} {case}", end=end, file=sys.stderr, flush=True)
-    elif done == total:
-        print(f"[{impl}] {done}/{total} cases done", file=sys.stderr, flush=True)
+# The order implementations are started in when they run side by side: the longest first (Julia
+# compiles every operation on its first call), so the total is about the longest one alone.
+START_ORDER = {"julia": 0, "r": 1, "torch": 2, "reference": 3}
+
+
+def _expected_names(entry: dict[str, Any]) -> list[str]:
+    expected = entry.get("expected")
+    return list(expected) if isinstance(expected, dict) and expected else ["*"]
 
 
 def run_suite(
@@ -265,15 +275,28 @@ def run_suite(
     ports: dict[str, Path] | None = None,
     case_globs: Iterable[str] = (),
     required: set[str] | None = None,
-    progress: Progress | None = stderr_progress,
+    progress: Progress | None = None,
+    *,
+    parallel: bool = True,
+    stop: threading.Event | None = None,
+    live: Mapping[str, Implementation] | None = None,
 ) -> list[CaseResult]:
-    """Every selected case on every named implementation.
+    """Every selected case on every named implementation; results ordered by implementation (as
+    named), then by case (manifest order), whether or not they ran side by side.
 
-    An implementation whose runtime cannot start is ``unavailable`` for each case, which becomes
-    ``error`` when it is in ``required`` (explicitly asked for, or anything under CI=true).
+    ``parallel``: each implementation in a thread of its own (R and Julia each drive their own
+    worker process; reference and torch compute in-process, NumPy and torch releasing the GIL),
+    started longest first (:data:`START_ORDER`); the results are the same as one after another.
+    ``stop``: once set, no further case starts; a case that ends in ``error`` after it was set
+    is dropped (its worker was probably killed by the interruption), so the results are the cases
+    that really ran. An implementation whose runtime cannot start is ``unavailable`` for each
+    case, which becomes ``error`` when it is in ``required`` (asked for, or anything under CI=true).
+    A case whose fixture files are bad is ``error`` with ``fixture_error`` set, on every implementation.
+    ``live``: implementations already made (a test's pool), used instead of new ones and left open.
     """
     ports = ports or {}
     required = required or set()
+    stop = stop or threading.Event()
     entries = select_entries(fixtures_dir, case_globs)
     cases: list[Case | FixtureError] = []
     for entry in entries:
@@ -281,34 +304,112 @@ def run_suite(
             cases.append(load_case(fixtures_dir, entry))
         except FixtureError as exc:
             cases.append(FixtureError(f"case {entry.get('id', '?')!r}: fixture error: {exc}"))
-    results: list[CaseResult] = []
-    for name in impl_names:
+    total = len(entries)
+    # queue.Queue, not SimpleQueue: CPython 3.11's SimpleQueue.get(timeout=...) interrupted by a signal
+    # can retry with a negative timeout, which blocks for ever (seen here: a SIGINT hung verify).
+    events: queue.Queue[tuple[str, int, int, str]] = queue.Queue()
+
+    def run_one(name: str, emit: Callable[[str, int, int, str], None]) -> list[CaseResult]:
+        out: list[CaseResult] = []
+        if stop.is_set():
+            return out
         port = ports.get(name)
-        try:
-            impl: Implementation | None = registry.create(name, port)
-            unavailable = ""
-        except ImplementationUnavailable as exc:
-            impl, unavailable = None, str(exc)
+        emit(name, 0, total, "")
+        impl: Implementation | None = (live or {}).get(name)
+        unavailable = ""
+        if impl is None:
+            try:
+                impl = registry.create(name, port)
+            except ImplementationUnavailable as exc:
+                unavailable = str(exc)
+        owned = impl is not None and name not in (live or {})
         try:
             for i, (entry, case) in enumerate(zip(entries, cases, strict=True)):
+                if stop.is_set():
+                    break
                 case_id = entry.get("id", "?")
                 start = time.perf_counter()
                 res = CaseResult(
                     name, case_id, entry.get("op", "?"), repro=repro_command(name, case_id, port, fixtures_dir)
                 )
-                expected_names = list(entry.get("expected", {})) or ["*"]
                 if isinstance(case, FixtureError):
-                    res.outputs = [OutputResult(name, case_id, o, "error", message=str(case)) for o in expected_names]
+                    res.fixture_error = str(case)
+                    res.outputs = [
+                        OutputResult(name, case_id, o, "error", message=str(case)) for o in _expected_names(entry)
+                    ]
                 elif impl is None:
                     status = "error" if name in required else "unavailable"
-                    res.outputs = [OutputResult(name, case_id, o, status, message=unavailable) for o in expected_names]
+                    res.outputs = [
+                        OutputResult(name, case_id, o, status, message=unavailable) for o in _expected_names(entry)
+                    ]
                 else:
                     res.outputs = judge(name, case, impl)
                 res.seconds = time.perf_counter() - start
-                results.append(res)
-                if progress:
-                    progress(name, i + 1, len(entries), case_id)
+                if stop.is_set() and res.status == "error":
+                    break  # cut short by the interruption, not the implementation's own doing
+                out.append(res)
+                emit(name, i + 1, total, case_id)
         finally:
-            if impl is not None:
+            if owned:
                 impl.close()
-    return results
+        return out
+
+    if not parallel or len(impl_names) < 2:
+        by_impl = {name: run_one(name, progress or _ignore) for name in impl_names}
+        return [r for name in impl_names for r in by_impl[name]]
+
+    by_impl: dict[str, list[CaseResult]] = {}
+    failures: list[BaseException] = []
+
+    def thread_main(name: str) -> None:
+        try:
+            by_impl[name] = run_one(name, lambda *event: events.put(event))
+        except BaseException as exc:  # a bug: re-raised in the caller's thread once all have ended
+            failures.append(exc)
+            stop.set()
+
+    threads = [
+        threading.Thread(target=thread_main, args=(name,), name=f"attention-ports-{name}", daemon=True)
+        for name in sorted(dict.fromkeys(impl_names), key=lambda n: START_ORDER.get(n, len(START_ORDER)))
+    ]
+    try:
+        for t in threads:
+            t.start()
+        _pump(threads, events, progress, stop)
+    except BaseException:  # KeyboardInterrupt in the caller's thread: stop the others, then re-raise
+        stop.set()
+        supervisor.shutdown_all()
+        for t in threads:
+            t.join()
+        raise
+    if failures:
+        raise failures[0]
+    return [r for name in impl_names for r in by_impl.get(name, [])]
+
+
+def _ignore(*_: object) -> None:
+    pass
+
+
+def _pump(
+    threads: list[threading.Thread],
+    events: queue.Queue[tuple[str, int, int, str]],
+    progress: Progress | None,
+    stop: threading.Event,
+) -> None:
+    """Until every thread has ended: hand their progress events to ``progress`` in this thread, and
+    once ``stop`` is set, kill the workers again every second (one started just after the signal)."""
+    last_kill = 0.0
+    while True:
+        alive = any(t.is_alive() for t in threads)
+        try:
+            event = events.get(timeout=0.05)
+        except queue.Empty:
+            event = None
+        if event is not None and progress is not None:
+            progress(*event)
+        if stop.is_set() and alive and time.monotonic() - last_kill > 1.0:
+            supervisor.shutdown_all()
+            last_kill = time.monotonic()
+        if not alive and event is None and events.empty():
+            return

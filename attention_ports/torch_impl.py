@@ -48,6 +48,12 @@ def _linear(x: torch.Tensor, w: np.ndarray, b: np.ndarray | None) -> torch.Tenso
 class TorchImplementation(Implementation):
     name = "torch"
 
+    def __init__(self) -> None:
+        # One intra-op thread (process-wide): the fixture cases are small, where torch's spinning
+        # thread pool costs far more than it gives (measured on 2 busy cores: the two training cases
+        # 2.7 s with one thread, 25 s with two), and verify runs the implementations side by side.
+        torch.set_num_threads(1)
+
     def describe(self) -> str:
         return f"torch {torch.__version__} (float64, CPU)"
 

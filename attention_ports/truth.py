@@ -297,7 +297,8 @@ def compute_many(
                 progress(done, len(jobs), jobs[i][0])
     else:
         # spawn, not fork: the parent may hold R, Julia workers or torch threads.
-        with ProcessPoolExecutor(max_workers=min(workers, len(order)), mp_context=get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(order)), mp_context=get_context("spawn"))
+        try:
             futures = {pool.submit(_run_job, jobs[i], memo): i for i in order}
             from concurrent.futures import as_completed
 
@@ -307,6 +308,14 @@ def compute_many(
                 done += 1
                 if progress:
                     progress(done, len(jobs), jobs[i][0])
+        except BaseException:
+            # SIGINT/SIGTERM or a failed case: stop now. A `with` block would wait for every
+            # submitted case (a whole generation) before letting the exception out.
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     for (_, op, inputs, options), res in zip(jobs, results, strict=True):
         assert res is not None
         if memo:

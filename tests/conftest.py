@@ -20,6 +20,15 @@ from tests import wheel_env
 __all__ = ["require"]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Under `pytest -n auto --dist loadgroup` (make test), the tests sharing the installed wheel run
+    # on one worker, so it is built and installed once (~15 s), not once per worker.
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            if "installed_tool" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(name="installed-tool"))
+
+
 @pytest.fixture(scope="session")
 def installed_tool(tmp_path_factory: pytest.TempPathFactory) -> wheel_env.InstalledTool:
     """attention-ports built as a wheel and installed, with pytest and rpy2, into a fresh venv

@@ -43,9 +43,15 @@ def test_generation_matches_the_committed_bytes_manifest_included(tmp_path: Path
         assert committed[rel] == data, rel
 
 
-def test_regenerating_in_place_reports_nothing_written(fixtures_copy: Path) -> None:
-    rep = generate(fixtures_copy)
-    assert [w for w in rep.written if w != "manifest.json"] == [] and rep.removed == []
+def test_regenerating_in_place_reports_nothing_written(tmp_path: Path) -> None:
+    # A small catalogue: that the whole one regenerates to the committed bytes is proved above.
+    from tests.test_cli import small_catalogue
+
+    small_catalogue(tmp_path / "fx")
+    first = generate(tmp_path / "fx")
+    assert "cases/sdpa_L2_d3/bound.output.npy" in first.written
+    rep = generate(tmp_path / "fx")
+    assert rep.written == [] and rep.removed == [] and "manifest.json" in rep.unchanged
 
 
 def test_manifest_describes_every_file_its_bound_and_how_the_truth_was_made() -> None:
@@ -118,10 +124,12 @@ def test_verify_cli_reports_truncated_file_and_runs_the_rest(fixtures_copy: Path
     victim.write_bytes(victim.read_bytes()[:40])
     code = cli.main(["verify", "--impl", "reference", "--dir", str(fixtures_copy), "--case", "softmax_*"])
     out = capsys.readouterr().out
-    assert code == 1
+    assert code == 2  # bad input, not a disagreement; the other cases still ran and are reported
     assert "softmax_ties" in out and "fixture error" in out and str(victim) in out
+    assert f"{victim}: sha256 does not match the manifest" in out
     others = sum(1 for e in read_manifest(fixtures_copy)["cases"] if e["id"].startswith("softmax_")) - 1
     assert f"reference: 1 error, {others} pass" in out
+    assert f"bad fixture files in {fixtures_copy} for case(s) softmax_ties: exit 2" in out
 
 
 def test_arrays_are_loaded_without_pickles(tmp_path: Path) -> None:

@@ -89,3 +89,17 @@ def test_the_plugin_loads_by_entry_point_or_by_p_as_one_plugin(tmp_path: Path) -
     # And without either, pytest does not know the options: the entry point is what loads it.
     neither = run_pytest(tmp_path, *args, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     assert neither.returncode == pytest.ExitCode.USAGE_ERROR and "--impl" in neither.stderr, _out(neither)
+
+
+def test_under_xdist_the_zero_pass_rule_is_decided_on_the_controller(tmp_path: Path) -> None:
+    # Two workers each see only their share of the cases; the controller sees every report. The
+    # same verdicts as without xdist, the summary line included.
+    args = (*CONFORMANCE, "-n", "2", "--port", f"r={SOFTMAX_ONLY}", "--case", "sdpa_L2_d3", "--case", "sdpa_L8_d1")
+    ci = run_pytest(tmp_path, *args, CI="true")
+    assert ci.returncode == pytest.ExitCode.TESTS_FAILED, _out(ci)
+    assert "2 skipped" in ci.stdout and "fixture cases passed per implementation: r: 0/2" in ci.stdout
+    assert "CI: no fixture case passed on r: refusing to call this run green" in ci.stdout
+    one = run_pytest(tmp_path, *args, "--case", "softmax_ties", "--case", "softmax_random_3x5", CI="true")
+    assert one.returncode == 0, _out(one)
+    assert "fixture cases passed per implementation: r: 2/4" in one.stdout
+    assert "created: 2/2 workers" in one.stdout

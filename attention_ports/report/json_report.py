@@ -8,6 +8,7 @@ Version 3 (``REPORT_VERSION``). Changes from version 2, which readers of 2 can i
   ``expected_shape``, ``actual_shape``, ``reason``, ``flags``;
 - an output a port did not return is ``missing`` (version 2: the case's every output ``error``);
 - new top-level ``agreement``: per pair of implementations ``{agree, compared, unknown}``.
+- new top-level ``interrupted``: true when SIGINT/SIGTERM ended the run (only the cases that ran).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def document(report: Report) -> dict[str, Any]:
         agreement.setdefault(a, {})[b] = {"agree": cell.agree, "compared": cell.compared, "unknown": cell.unknown}
     return {
         "version": REPORT_VERSION,
+        "interrupted": report.interrupted,  # SIGINT/SIGTERM ended the run: only the cases that ran
         "meta": report.meta,
         "results": [o.as_json() for r in report.results for o in r.outputs],
         "summary": report.summary(),

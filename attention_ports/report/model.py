@@ -54,6 +54,7 @@ class Report:
     results: list[CaseResult]
     meta: dict[str, Any] = field(default_factory=dict)
     strict: bool = False
+    interrupted: bool = False  # SIGINT/SIGTERM ended the run: only the cases that ran are here
 
     def __post_init__(self) -> None:
         self.impls = list(dict.fromkeys(r.impl for r in self.results))
