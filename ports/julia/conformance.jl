@@ -683,6 +683,12 @@ function main(argv::Vector{String})
     index = read_index(dir)
     cases = select_cases(index, opts.cases, dir)
     cases = cases[sortperm([findfirst(==(c.op), index.op_order) for c in cases]; alg = MergeSort)]  # one @testset per operation
+    # A function barrier: compiling what judges the cases takes seconds, which bad usage and bad
+    # fixtures (above) need not wait for.
+    return Base.invokelatest(judge, opts, dir, index, cases)
+end
+
+function judge(opts::Options, dir::String, index::Index, cases::Vector{Case})
     reader = Module(:Reader)
     Base.include(reader, joinpath(dir, "readers", "read_npy.jl"))
     READER[] = getfield(reader, :read_npy)
