@@ -29,7 +29,12 @@ run_suite() {  # $1 = the label of its closing line, rest = command
 run_suite r Rscript ports/r/run_tests.R
 JULIA_CMD="$(bash scripts/install_julia.sh 2>/dev/null | tail -n 1)"
 run_suite julia "$JULIA_CMD" --startup-file=no ports/julia/test/runtests.jl
-run_suite "r conformance" Rscript ports/r/conformance.R --strict --reporter check ports/r/R
+# warn = 2 and lifecycle errors: a deprecated API in the runner (base R's .Deprecated, testthat's
+# lifecycle warnings) fails here; the port's own warnings are the bridge's to report, not affected.
+STRICT_PROFILE="$(mktemp)"
+echo 'options(warn = 2, lifecycle_verbosity = "error")' > "$STRICT_PROFILE"
+R_PROFILE_USER="$STRICT_PROFILE" run_suite "r conformance" Rscript ports/r/conformance.R --strict --reporter check ports/r/R
+rm -f "$STRICT_PROFILE"
 # --depwarn=error: a deprecated API in the runner, the worker code it shares or our port fails here
 # (Julia removes nothing before 2.0, so this is the check that newer 1.x keep running it).
 run_suite "julia conformance" "$JULIA_CMD" --startup-file=no --depwarn=error ports/julia/conformance.jl --strict ports/julia/src

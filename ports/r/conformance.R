@@ -735,7 +735,7 @@ local(envir = .conformance, {
     runs <- list()
     started <- Sys.time()
     close_file <- function() {  # as testthat::test_dir ends a file
-      reporter$end_context_if_started()
+      if (is.function(reporter$end_context_if_started)) reporter$end_context_if_started()
       reporter$end_file()
     }
     testthat::with_reporter(reporter, start_end_reporter = TRUE, {
