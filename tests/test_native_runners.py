@@ -8,7 +8,8 @@ while ``attention-ports verify --port ... --json`` runs the same port on the sam
 named in 1-based indices of the port's own layout (checked against the fixture's expected value
 there). The ports: ours (every case, both languages), seed 000's R code verbatim (its errors carry
 R's own message) and with its one-word fix, seed 003's two known-bad Julia transcriptions (their
-softmax helper, their forward and their backward cases), R ports with declarations, and a spread
+softmax helper, their forward and their backward cases), ports with declarations or that do not
+load, and a spread
 of the mutation kit's mutants, bugs and controls (each on its own cases, as tests/test_mutation.py
 runs them). The native runner runs while Python verifies, so the two halves share the cores.
 
@@ -80,6 +81,8 @@ def _ports() -> list[Port]:
         Port("r-seed000_verbatim", "r", USER_PORTS / "r" / "seed000_verbatim.R", says=FUN_MISSING),
         *(_user("r", n) for n in ("seed000_margin_fixed", "declared_attention_only")),
         _user("r", "declares_undefined"),
+        _user("r", "syntax_error"),  # never loads: every case an error, naming the file
+        _user("julia", "syntax_error", "softmax_ties", "clf_step_n1"),
         # Seed 003: its softmax helper (undeclared, so called: it normalises the whole array), the
         # forward whose scale is wrong, the backward that is wrong.
         _user("julia", "seed003_scale_bug", "softmax_*", "clf_forward_*"),
