@@ -152,6 +152,7 @@ function read_index(dir::AbstractString)
                           "`attention-ports generate --out ", dir, "`)")
     lines = filter(l -> !isempty(l) && !startswith(l, "#"), readlines(path))
     fields = [split(l, '\t') for l in lines]
+    isempty(fields) && usage(path, ": not an attention-ports fixture index (empty)")
     head = fields[1]
     (head[1] == "index" && length(head) == 5) || usage(path, ": not an attention-ports fixture index")
     (head[2] == INDEX_FORMAT && head[3] == FIXTURE_FORMAT) ||

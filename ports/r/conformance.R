@@ -102,6 +102,7 @@ local(envir = .conformance, {
     lines <- readLines(path, encoding = "UTF-8", warn = FALSE)
     lines <- lines[nzchar(lines) & !startsWith(lines, "#")]
     fields <- strsplit(lines, "\t", fixed = TRUE)
+    if (!length(fields)) usage_error(path, ": not an attention-ports fixture index (empty)")
     kind <- vapply(fields, function(f) f[[1L]], "")
     head <- fields[[1L]]
     if (kind[[1L]] != "index" || length(head) != 5L) usage_error(path, ": not an attention-ports fixture index")
@@ -254,7 +255,7 @@ local(envir = .conformance, {
       else if (is.atomic(x) || is.list(x)) sprintf("a vector of %d", length(x))
       else sprintf("a R %s", typeof(x))
     }
-    if (!(is.list(raw) && (!length(raw) || (!is.null(names(raw)) && all(nzchar(names(raw))))))) {
+    if (!(is.list(raw) && !is.null(names(raw)) && all(nzchar(names(raw))))) {  # list() too, as in Python
       stop(sprintf(paste0("%s: attention_ports must be a named list / NamedTuple, like attention_ports <- ",
                           "list(operations = c(\"softmax\"), masked_query = \"zeros\"); got %s"), where, kind(raw)),
            call. = FALSE)
