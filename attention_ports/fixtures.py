@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from attention_ports import paths, truth, validate
+from attention_ports import fixture_index, paths, truth, validate
 from attention_ports.catalogue import CaseSpec, Catalogue, CatalogueError, build_inputs, load_catalogue
 
 FORMAT_VERSION = 2
@@ -195,6 +195,8 @@ def generate(
     catalogue = load_catalogue(catalogue_path)
     files, manifest = render(catalogue, workers=workers, progress=progress)
     files[MANIFEST] = manifest_bytes(manifest)
+    # The manifest for readers without JSON (base R, Julia's stdlib): the native runners' index.
+    files[fixture_index.INDEX] = fixture_index.render(manifest, files[MANIFEST], files)
     if catalogue_path.resolve() != (out_dir / CATALOGUE).resolve():
         files[CATALOGUE] = catalogue_path.read_bytes()
     written, unchanged = [], []
@@ -341,4 +343,8 @@ def check(fixtures_dir: Path, workers: int | None = None, progress: Progress | N
             problems.append(f"{path}: differs from a fresh generation (catalogue or truth engine changed)")
     if json.loads(manifest_bytes(fresh)) != manifest:
         problems.append(f"{fixtures_dir / MANIFEST}: differs from a fresh generation (run `attention-ports generate`)")
+    index = fixtures_dir / fixture_index.INDEX
+    if not index.is_file() or index.read_bytes() != fixture_index.render(fresh, manifest_bytes(fresh), files):
+        state = "differs from" if index.is_file() else "is missing from"
+        problems.append(f"{index}: {state} a fresh generation (run `attention-ports generate`)")
     return problems

@@ -105,8 +105,11 @@ def test_a_tampered_bound_is_named_by_check_fixtures(fixtures_copy: Path) -> Non
     victim = fixtures_copy / "cases" / "sdpa_L2_d3" / "bound.weights.npy"
     arr = np.load(victim)
     np.save(victim, arr * 10)  # a loosened tolerance is drift like any other
+    index = fixtures_copy / "index.tsv"  # the native runners' copy of the manifest (fixture_index.py)
+    index.write_text(index.read_text().replace("\tfloat\t0.3\n", "\tfloat\t0.31\n", 1))
     problems = check(fixtures_copy)
     assert f"{victim}: sha256 differs from the manifest" in problems
+    assert f"{index}: differs from a fresh generation (run `attention-ports generate`)" in problems
 
 
 def test_truncated_array_is_an_error_for_that_case_only(fixtures_copy: Path) -> None:

@@ -1,0 +1,748 @@
+# attention-ports conformance, in Julia alone: judge a Julia port against the golden fixtures with
+# the standard library (Test, Printf, SHA), no Python. Julia 1.5 to 1.11.
+#
+#   julia conformance.jl [options] PORT.jl | PORTDIR
+#
+#   --fixtures DIR   the fixtures folder (default: the one shipped with this file: ../../fixtures in
+#                    a checkout, ../../attention_ports/_assets/fixtures in an unpacked wheel)
+#   --case GLOB      only the cases whose id matches GLOB (* ? [...]); repeatable
+#   --junit FILE     also write a JUnit XML report (one <testcase> per case)
+#   --json FILE      also write the results as `attention-ports verify --json` does (per output)
+#   --strict         a `missing` case (an operation the port does not offer) counts as failed
+#
+# Exactly the Python suite's judgement (`attention-ports verify --port julia=PORT.jl`): the same
+# fixtures, through fixtures/index.tsv (Julia's stdlib reads no JSON; the index is generated from
+# the manifest and drift-gated with it); the same call of each operation, made by the same code as
+# the Python suite's Julia worker (ports/julia/worker.jl, included here: the port in a fresh module,
+# finding its functions and declaration, flattening its results); arrays in the port's own
+# feature-major layout (every axis reversed: tokens are columns); the same comparison rule: an
+# element agrees iff both are NaN, or both the same infinity, or both finite and
+# |actual - expected| <= bound, its own bound from bound.<name>.npy. A port's declared
+# `masked_query` convention picks expected.<name>.<convention>.npy where the fixtures have one.
+#
+# Per case and output: pass, fail (worst element in 1-based indices of the Julia result, expected,
+# actual, bound, abs/rel/ulp error, err/bound), error (the port's own exception and backtrace) or
+# missing (`@test_skip`). One @testset per case, inside one per operation. Ends with the line
+# `julia conformance: N passed, M failed, K missing` (cases) and exits 0 when nothing failed, 1
+# when something did, 2 for bad usage or bad fixtures, 3 when this runner itself broke.
+#
+# Unlike the Python suite, the port runs in this Julia process, unsupervised: a port that hangs,
+# crashes or exits takes the run with it.
+
+module AttentionPortsConformance
+
+using Printf: @printf, @sprintf
+using SHA: sha256
+using Test
+
+include(joinpath(@__DIR__, "worker.jl"))   # module JuliaPortWorker: how the suite calls a port
+const W = JuliaPortWorker
+
+const INDEX_FORMAT, FIXTURE_FORMAT = "1", "2"
+const MASKED_QUERY = ("zeros", "nan", "uniform")
+const OUTCOMES = ("pass", "missing", "fail", "error")   # worst last, as the Python runner ranks them
+
+struct UsageError <: Exception
+    msg::String
+end
+usage(msg...) = throw(UsageError(string(msg...)))
+
+# ------------------------------------------------------------------------------------------------
+# Arguments
+
+mutable struct Options
+    fixtures::Union{Nothing,String}
+    cases::Vector{String}
+    junit::Union{Nothing,String}
+    json::Union{Nothing,String}
+    strict::Bool
+    help::Bool
+    ports::Vector{String}
+end
+
+function parse_args(argv::Vector{String})
+    o = Options(nothing, String[], nothing, nothing, false, false, String[])
+    takes = ("--fixtures", "--case", "--junit", "--json")
+    i = 1
+    while i <= length(argv)
+        a, value = argv[i], nothing
+        m = match(r"^(--[a-z]+)=(.*)$"s, a)
+        m === nothing || ((a, value) = (String(m.captures[1]), String(m.captures[2])))
+        if a in takes
+            if value === nothing
+                i == length(argv) && usage(a, " needs a value")
+                i += 1
+                value = argv[i]
+            end
+            a == "--fixtures" && (o.fixtures = value)
+            a == "--case" && push!(o.cases, value)
+            a == "--junit" && (o.junit = value)
+            a == "--json" && (o.json = value)
+        elseif a == "--strict"
+            o.strict = true
+        elseif a in ("-h", "--help")
+            o.help = true
+        elseif startswith(a, "-")
+            usage("unknown option ", a, " (see --help)")
+        else
+            push!(o.ports, a)
+        end
+        i += 1
+    end
+    o.help || length(o.ports) == 1 || usage(isempty(o.ports) ? "no port given" : "one port (a file or a folder) at a time",
+                                            " (see --help)")
+    return o
+end
+
+# ------------------------------------------------------------------------------------------------
+# The fixture index (attention_ports/fixture_index.py describes the format)
+
+struct OpSpec
+    name::String
+    slots::Dict{String,Vector{String}}        # args, groups, positional_options, kwargs, options, outputs
+    members::Dict{String,Vector{String}}      # group -> its arrays, in order
+end
+
+struct ArrayRef
+    kind::String          # input, expected, bound
+    name::String
+    convention::String    # "-" or a masked_query convention
+    layout::String
+    dtype::String
+    shape::Vector{Int}    # the reference (NumPy) shape
+    file::String
+    sha256::String
+end
+
+struct Case
+    id::String
+    op::String
+    options::Vector{Pair{String,Any}}
+    arrays::Vector{ArrayRef}
+end
+
+struct Index
+    ops::Dict{String,OpSpec}
+    op_order::Vector{String}
+    cases::Vector{Case}
+end
+
+function default_fixtures()
+    for d in (joinpath(@__DIR__, "..", "..", "fixtures"), joinpath(@__DIR__, "..", "..", "attention_ports", "_assets", "fixtures"))
+        isfile(joinpath(d, "index.tsv")) && return abspath(d)
+    end
+    usage("no fixtures found next to ", @__DIR__, " (pass --fixtures DIR)")
+end
+
+names_list(s::AbstractString) = s == "-" ? String[] : String.(split(s, ','))
+
+function option_value(type::AbstractString, value::AbstractString)
+    type == "null" && return nothing
+    type == "bool" && return value == "true"
+    type == "int" && return parse(Int64, value)
+    type == "float" && return parse(Float64, value)
+    type == "str" && return String(value)
+    type == "strs" && return names_list(value)
+    usage("unknown option type ", type)
+end
+
+function read_index(dir::AbstractString)
+    path = joinpath(dir, "index.tsv")
+    isfile(path) || usage(path, ": no fixture index (fixtures older than the native runners? regenerate with ",
+                          "`attention-ports generate --out ", dir, "`)")
+    lines = filter(l -> !isempty(l) && !startswith(l, "#"), readlines(path))
+    fields = [split(l, '\t') for l in lines]
+    isempty(fields) && usage(path, ": not an attention-ports fixture index (empty)")
+    head = fields[1]
+    (head[1] == "index" && length(head) == 5) || usage(path, ": not an attention-ports fixture index")
+    (head[2] == INDEX_FORMAT && head[3] == FIXTURE_FORMAT) ||
+        usage(path, ": index format ", head[2], " of fixture format ", head[3], "; this runner reads index format ",
+              INDEX_FORMAT, " of fixture format ", FIXTURE_FORMAT, " (use the runner shipped with these fixtures)")
+    manifest = joinpath(dir, "manifest.json")
+    (isfile(manifest) && bytes2hex(open(sha256, manifest)) == head[4]) ||
+        usage(path, ": does not describe ", manifest, " (edited, or stale: run `attention-ports generate`)")
+    width = Dict("op" => 4, "group" => 4, "case" => 3, "option" => 5, "array" => 11)
+    ops, order, cases, by_id = Dict{String,OpSpec}(), String[], Case[], Dict{String,Case}()
+    for (line, f) in zip(lines[2:end], fields[2:end])
+        get(width, f[1], -1) == length(f) || usage(path, ": malformed record: ", line)
+        if f[1] == "op"
+            spec = get!(ops, f[2]) do
+                push!(order, f[2])
+                OpSpec(f[2], Dict{String,Vector{String}}(), Dict{String,Vector{String}}())
+            end
+            spec.slots[f[3]] = names_list(f[4])
+        elseif f[1] == "group"
+            ops[f[2]].members[f[3]] = names_list(f[4])
+        elseif f[1] == "case"
+            haskey(ops, f[3]) || usage(path, ": case ", f[2], " has an unknown operation ", f[3])
+            c = Case(f[2], f[3], Pair{String,Any}[], ArrayRef[])
+            push!(cases, c)
+            by_id[c.id] = c
+        elseif f[1] == "option"
+            push!(by_id[f[2]].options, String(f[3]) => option_value(f[4], f[5]))
+        else
+            shape = [parse(Int, s) for s in split(strip(f[8], ['[', ']']), ',') if !isempty(s)]
+            push!(by_id[f[2]].arrays, ArrayRef(f[3], f[4], f[5], f[6], f[7], shape, f[9], f[10]))
+        end
+    end
+    return Index(ops, order, cases)
+end
+
+# fnmatch: * ? [seq] [!seq], the whole id, case-sensitive (Python's fnmatch.fnmatchcase).
+function glob_regex(glob::AbstractString)
+    out = IOBuffer()
+    print(out, '^')
+    i, chars = 1, collect(glob)
+    while i <= length(chars)
+        c = chars[i]
+        if c == '*'
+            print(out, ".*")
+        elseif c == '?'
+            print(out, '.')
+        elseif c == '[' && (j = findnext(==(']'), chars, i + 1 + (get(chars, i + 1, ' ') in ('!', ']')))) !== nothing
+            body = String(chars[(i + 1):(j - 1)])
+            startswith(body, "!") && (body = "^" * body[2:end])
+            print(out, '[', replace(body, "\\" => "\\\\"), ']')
+            i = j
+        else
+            print(out, occursin(c, "\\^\$.|+()[]{}") ? "\\$c" : c)
+        end
+        i += 1
+    end
+    print(out, '$')
+    return Regex(String(take!(out)))
+end
+
+function select_cases(index::Index, globs::Vector{String}, dir::AbstractString)
+    isempty(globs) && return index.cases
+    res = [glob_regex(g) for g in globs]
+    chosen = [c for c in index.cases if any(r -> occursin(r, c.id), res)]
+    isempty(chosen) && usage("no case in ", dir, " matches ", join(globs, " or "))
+    return chosen
+end
+
+# ------------------------------------------------------------------------------------------------
+# Fixture arrays (read_npy: fixtures/readers/read_npy.jl, in the reference layout)
+
+struct Expected
+    value::Array       # Julia layout
+    bound::Array{Float64}
+    layout::String
+end
+
+const READER = Ref{Any}(nothing)
+
+function load_array(dir::AbstractString, a::ArrayRef)
+    path = joinpath(dir, a.file)
+    isfile(path) || error("$path: file is missing")
+    bytes2hex(open(sha256, path)) == a.sha256 || error("$path: sha256 does not match the fixture index (corrupted or edited)")
+    x = Base.invokelatest(READER[], path)
+    T = Dict("float64" => Float64, "int64" => Int64, "bool" => Bool)[a.dtype]
+    (eltype(x) == T && collect(size(x)) == a.shape) ||
+        error("$path: holds $(eltype(x)) $(size(x)), the index says $(a.dtype) $(Tuple(a.shape))")
+    return x
+end
+
+# Reference layout -> Julia layout: every axis reversed (julia_adapter.py: each role's permutation
+# is a full reversal, which is how column-major Julia reads a C-order buffer).
+julia_layout(x::AbstractArray) = ndims(x) >= 2 ? permutedims(x, ndims(x):-1:1) : x
+
+function load_case(dir::AbstractString, case::Case, convention::AbstractString)
+    inputs = Dict{String,Tuple{Array,String}}()
+    expected = Dict{String,Expected}()
+    for a in case.arrays
+        a.kind == "input" && (inputs[a.name] = (load_array(dir, a), a.layout))
+    end
+    pick(kind, name) = something(findfirst(a -> a.kind == kind && a.name == name && a.convention == convention, case.arrays),
+                                 findfirst(a -> a.kind == kind && a.name == name && a.convention == "-", case.arrays))
+    for name in output_names(case)
+        e, b = case.arrays[pick("expected", name)], case.arrays[pick("bound", name)]
+        expected[name] = Expected(julia_layout(load_array(dir, e)), julia_layout(load_array(dir, b)), e.layout)
+    end
+    return inputs, expected
+end
+
+output_names(case::Case) = unique([a.name for a in case.arrays if a.kind == "expected"])
+
+# ------------------------------------------------------------------------------------------------
+# The port, loaded and called through ports/julia/worker.jl
+
+mutable struct Port
+    path::String
+    mod::Union{Nothing,Module}
+    failure::String
+    present::Bool
+    operations::Union{Nothing,Vector{String}}
+    masked_query::String
+end
+
+function load_port(path::AbstractString, op_names::Vector{String})
+    ispath(path) || usage("julia: port file $path does not exist")
+    port = Port(abspath(path), nothing, "", false, nothing, "zeros")
+    try
+        port.mod = W.load_port(port.path)
+    catch e
+        port.failure = "cannot load $(port.path):\n" * W.error_message(e, catch_backtrace(); stop = ("include", "load_port"))
+        return port
+    end
+    try
+        check_declaration!(port, W.declaration(port.mod), op_names)
+    catch e
+        e isa ErrorException || rethrow()
+        port.failure = e.msg
+    end
+    return port
+end
+
+# attention_ports/declaration.py: the same checks and messages for Julia's declaration.
+function kind_text(x)
+    x === nothing && return "NoneType None"
+    (x isa NamedTuple || x isa AbstractDict) && return "a named list / NamedTuple"
+    (x isa AbstractVector || x isa Tuple) && return "a vector of $(length(x))"
+    (x isa AbstractString || x isa Symbol) && return "str $(repr(string(x)))"
+    x isa Bool && return "bool $(x ? "True" : "False")"
+    x isa Integer && return "int $x"
+    x isa AbstractFloat && return "float $x"
+    return "a $(typeof(x))"
+end
+
+function strings(x)
+    (x isa AbstractString || x isa Symbol) && return [string(x)]
+    (x isa AbstractVector || x isa Tuple) && all(v -> v isa AbstractString || v isa Symbol, x) && return [string(v) for v in x]
+    return nothing
+end
+
+function check_declaration!(port::Port, raw, op_names::Vector{String})
+    raw === nothing && return port
+    where, q = port.path, s -> join(["'$v'" for v in s], ", ")
+    (raw isa NamedTuple || raw isa AbstractDict) ||
+        error("$where: attention_ports must be a named list / NamedTuple, like const attention_ports = ",
+              "(operations = [\"softmax\"], masked_query = \"zeros\"); got $(kind_text(raw))")
+    fields = Dict(string(k) => v for (k, v) in pairs(raw))
+    unknown = [k for k in keys(fields) if !(k in ("operations", "masked_query"))]
+    isempty(unknown) || error("$where: attention_ports has unknown field(s) $(q(sort(unknown))); the fields are operations, masked_query")
+    if haskey(fields, "operations")
+        names = strings(fields["operations"])
+        names === nothing && error("$where: attention_ports.operations must be a vector of operation names; got $(kind_text(fields["operations"]))")
+        bad = [n for n in names if !(n in op_names)]
+        isempty(bad) || error("$where: attention_ports.operations names $(q(bad)), not contract operation(s); ",
+                              "the operations are $(join(op_names, ", "))")
+        port.operations = unique(names)
+    end
+    if haskey(fields, "masked_query")
+        values = strings(fields["masked_query"])
+        (values === nothing || length(values) != 1) &&
+            error("$where: attention_ports.masked_query must be one of $(q(MASKED_QUERY)); got $(kind_text(fields["masked_query"]))")
+        values[1] in MASKED_QUERY || error("$where: attention_ports.masked_query = '$(values[1])' is not one of $(q(MASKED_QUERY))")
+        port.masked_query = values[1]
+    end
+    port.present = true
+    return port
+end
+
+# julia_adapter.build_call: required arrays, each group as a NamedTuple, the positional options
+# (nothing when absent), then present optional arrays and options by keyword. Arrays in Julia
+# layout; a Bool mask becomes additive (0 keeps, -Inf removes); class indices (layout "index")
+# become 1-based; a 0-D array (a label) becomes a plain number.
+function build_call(spec::OpSpec, inputs::Dict{String,Tuple{Array,String}}, options::Vector{Pair{String,Any}})
+    function array(name)
+        a, layout = inputs[name]
+        if eltype(a) == Bool
+            a = layout == "scores" ? map(x -> x ? 0.0 : -Inf, a) : Float64.(a)
+        end
+        layout == "index" && (a = map(x -> x + one(x), a))   # broadcasting would turn a 0-D array into a number
+        j = julia_layout(a)
+        return ndims(j) == 0 ? j[] : j
+    end
+    option(name) = (i = findfirst(p -> p.first == name, options)) === nothing ? nothing : options[i].second
+    args = Any[]
+    for n in spec.slots["args"]
+        haskey(inputs, n) || error("$(spec.name): required input '$n' is absent")
+        push!(args, array(n))
+    end
+    for g in spec.slots["groups"]
+        present = [m for m in spec.members[g] if haskey(inputs, "$g.$m")]
+        push!(args, NamedTuple{Tuple(Symbol.(present))}(Tuple(array("$g.$m") for m in present)))
+    end
+    append!(args, [option(n) for n in spec.slots["positional_options"]])
+    kwargs = Pair{Symbol,Any}[Symbol(n) => array(n) for n in spec.slots["kwargs"] if haskey(inputs, n)]
+    append!(kwargs, [Symbol(n) => option(n) for n in spec.slots["options"] if option(n) !== nothing])
+    return args, kwargs
+end
+
+# julia_adapter.unpack_results: a bare array is the single output; a plain Tuple or several bare
+# arrays are errors; names the operation does not declare are dropped; absent outputs are errors.
+function unpack_results(spec::OpSpec, results)
+    outputs = spec.slots["outputs"]
+    wanted = join(["$o = ..." for o in outputs], ", ")
+    out = Dict{String,Array{Float64}}()
+    for (name, a) in results
+        if name == "" && length(outputs) == 1
+            name = outputs[1]
+        elseif name == "" || any(startswith(p, "#") for p in split(name, '.'))
+            error("$(spec.name) returned $(name == "" ? "an array" : "a plain Tuple"); return a NamedTuple ($wanted) ",
+                  "or a Dict with those keys")
+        end
+        (name in outputs || split(name, '.'; limit = 2)[1] in outputs) && (out[name] = a)
+    end
+    absent = [o for o in outputs if !haskey(out, o) && !any(k -> startswith(k, o * "."), keys(out))]
+    isempty(absent) || error("$(spec.name) returned no $(join(absent, ", ")) (it returned: ",
+                             isempty(results) ? "nothing" : join(sort([r.first for r in results]), ", "), "); expected ($wanted)")
+    return out
+end
+
+# ------------------------------------------------------------------------------------------------
+# The comparison rule (attention_ports/compare.py)
+
+struct Comparison
+    ok::Bool
+    mismatches::Int
+    total::Int
+    worst::Union{Nothing,Int}       # linear (column-major) index in the Julia layout
+    max_abs_err::Float64
+    max_rel_err::Float64
+    max_ulp_err::Float64
+    max_err_over_bound::Float64
+    nan_only_expected::Vector{Int}
+    nan_only_actual::Vector{Int}
+end
+
+spacing(x::Float64) = nextfloat(x) - x     # NumPy's spacing for x >= 0
+
+function compare(e::Array{Float64}, a::Array{Float64}, b::Array{Float64})
+    n = length(e)
+    bad = falses(n)
+    diff, frac, rel, ulp = zeros(n), zeros(n), zeros(n), zeros(n)
+    for i in 1:n
+        ei, ai, bi = e[i], a[i], b[i]
+        matched = (isnan(ei) && isnan(ai)) || (isinf(ei) && ai == ei)
+        finite = isfinite(ei) && isfinite(ai)
+        d = matched ? 0.0 : finite ? abs(ai - ei) : Inf
+        diff[i] = d
+        bad[i] = !matched && !(finite && d <= bi)
+        frac[i] = bi > 0 ? d / bi : (d > 0 ? Inf : 0.0)
+        if isfinite(ei) && abs(ei) > bi && ei != 0
+            rel[i] = d / abs(ei)
+            ulp[i] = d / spacing(abs(ei))
+        end
+    end
+    top(x) = isempty(x) ? 0.0 : maximum(x)
+    worst = nothing
+    if any(bad)   # the first maximum in column-major order of the Julia layout = C order of the reference's
+        score = [bad[i] ? frac[i] : -1.0 for i in 1:n]
+        worst = argmax(score)
+    end
+    return Comparison(!any(bad), count(bad), n, worst, top(diff), top(rel), top(ulp), top(frac),
+                      [i for i in 1:n if isnan(e[i]) && !isnan(a[i])], [i for i in 1:n if isnan(a[i]) && !isnan(e[i])])
+end
+
+fmt3(x::Real) = isnan(x) ? "nan" : isinf(x) ? (x > 0 ? "inf" : "-inf") : @sprintf("%.3g", x)
+index_text(k::Int, dims) = "[" * join(Tuple(CartesianIndices(dims)[k]), ", ") * "]"
+
+function positions_text(ks::Vector{Int}, dims)
+    shown = join([index_text(k, dims) for k in ks[1:min(5, end)]], ", ")
+    return length(ks) > 5 ? "$shown and $(length(ks) - 5) more" : shown
+end
+
+# compare.Comparison.describe, with the indices of the Julia result (1-based).
+function describe(case_id, output, c::Comparison, e, a, b)
+    dims = size(e)
+    pct = @sprintf("%.1f", 100 * c.mismatches / max(c.total, 1))
+    lines = ["case '$case_id', output '$output': $(c.mismatches) of $(c.total) elements ($pct%) differ beyond their error bounds"]
+    if c.worst !== nothing
+        k = c.worst
+        ev, av, bv = e[k], a[k], b[k]
+        abs_err = abs(av - ev)
+        rel = ev != 0 ? abs_err / abs(ev) : Inf
+        ulps = isfinite(ev) ? abs_err / spacing(abs(ev)) : Inf
+        f = bv > 0 ? abs_err / bv : Inf
+        push!(lines, "  worst at $(index_text(k, dims)) (1-based): expected $(repr(ev)), actual $(repr(av)), bound $(fmt3(bv)) " *
+                     "(abs err $(fmt3(abs_err)), rel err $(fmt3(rel)), $(fmt3(ulps)) ulps, $(fmt3(f)) x bound)")
+    end
+    push!(lines, "  max abs err $(fmt3(c.max_abs_err)), max rel err $(fmt3(c.max_rel_err)), max $(fmt3(c.max_ulp_err)) ulps, " *
+                 "worst $(fmt3(c.max_err_over_bound)) x bound")
+    isempty(c.nan_only_expected) || push!(lines, "  NaN expected but not found at $(positions_text(c.nan_only_expected, dims))")
+    isempty(c.nan_only_actual) || push!(lines, "  NaN found but not expected at $(positions_text(c.nan_only_actual, dims))")
+    return join(lines, "\n")
+end
+
+shape_text(dims) = length(dims) == 1 ? "($(dims[1]),)" : "(" * join(dims, ", ") * ")"
+
+# ------------------------------------------------------------------------------------------------
+# One case
+
+struct OutputResult
+    case::String
+    output::String
+    status::String
+    message::String
+    errors::Union{Nothing,Comparison}
+end
+
+# In a failed `@test r == "pass"`, Test shows r: its status and message, then `== "pass"` on a line of its own.
+Base.show(io::IO, r::OutputResult) = print(io, r.status, ": ", replace(r.message, "\n" => "\n    "), "\n   ")
+Base.:(==)(r::OutputResult, status::String) = r.status == status   # `@test r == "pass"` shows the message
+
+function run_case(dir::AbstractString, index::Index, port::Port, case::Case)
+    spec = index.ops[case.op]
+    every(status, msg) = [OutputResult(case.id, o, status, msg, nothing) for o in output_names(case)]
+    local inputs, expected
+    try
+        inputs, expected = load_case(dir, case, port.masked_query)
+    catch e
+        e isa ErrorException || rethrow()
+        return every("error", "case '$(case.id)': fixture error: $(e.msg)")
+    end
+    isempty(port.failure) || return every("error", "case '$(case.id)': julia raised: $(port.failure)")
+    if port.operations !== nothing && !(case.op in port.operations)
+        return every("missing", "case '$(case.id)': $(case.op) is not among the operations $(port.path) declares (attention_ports)")
+    end
+    status, msg, results = try
+        args, kwargs = build_call(spec, inputs, case.options)
+        W.call_op(port.mod, port.path, case.op, args, kwargs)
+    catch e
+        e isa InterruptException && rethrow()
+        (:error, "$(case.op): " * sprint(showerror, e), nothing)
+    end
+    if status === :missing
+        port.operations === nothing && return every("missing", "case '$(case.id)': $msg")
+        status, msg = :error, "$(case.op) is declared in attention_ports.operations of $(port.path) but the port defines no $(case.op)"
+    end
+    actual = nothing
+    if status === :ok
+        try
+            actual = unpack_results(spec, results)
+        catch e
+            e isa ErrorException || rethrow()
+            status, msg = :error, e.msg
+        end
+    end
+    status === :ok || return every("error", "case '$(case.id)': julia raised: $msg")
+    out = OutputResult[]
+    for name in output_names(case)
+        exp = expected[name]
+        if !haskey(actual, name)
+            push!(out, OutputResult(case.id, name, "fail", "case '$(case.id)', output '$name': not returned " *
+                                                            "(returned: $(join(sort(collect(keys(actual))), ", ")))", nothing))
+            continue
+        end
+        act = actual[name]
+        if size(act) != size(exp.value)
+            push!(out, OutputResult(case.id, name, "fail", "case '$(case.id)', output '$name': shape mismatch: expected " *
+                                                            "$(shape_text(size(exp.value))), actual $(shape_text(size(act)))", nothing))
+            continue
+        end
+        e = convert(Array{Float64}, exp.value)
+        c = compare(e, act, exp.bound)
+        push!(out, OutputResult(case.id, name, c.ok ? "pass" : "fail", c.ok ? "" : describe(case.id, name, c, e, act, exp.bound), c))
+    end
+    return out
+end
+
+case_status(outputs) = isempty(outputs) ? "error" : OUTCOMES[maximum(findfirst(==(o.status), OUTCOMES) for o in outputs)]
+
+# ------------------------------------------------------------------------------------------------
+# Reports: Test (a @testset per case), JUnit XML, JSON (the `verify --json` schema)
+
+function report_test(case::Case, outputs::Vector{OutputResult})
+    @testset "$(case.id)" begin
+        status = case_status(outputs)
+        if status == "missing"
+            println("  $(case.id): missing: $(outputs[1].message)")
+            @test_skip outputs[1] == "pass"
+        elseif status == "error"      # the port raised (or the case could not run): once, not per output
+            @test outputs[1] == "pass"
+        else
+            for r in outputs
+                @test r == "pass"
+            end
+        end
+    end
+end
+
+function xml_escape(s::AbstractString)
+    s = replace(s, r"[\x00-\x08\x0b\x0c\x0e-\x1f]" => "?")
+    for (a, b) in ("&" => "&amp;", "<" => "&lt;", ">" => "&gt;", "\"" => "&quot;")
+        s = replace(s, a => b)
+    end
+    return s
+end
+
+function junit_xml(runs, port_path::AbstractString, seconds::Float64)
+    count(rs, what) = sum(Int[case_status(r.outputs) == what for r in rs])
+    io = IOBuffer()
+    println(io, """<?xml version="1.0" encoding="UTF-8"?>""")
+    @printf(io, """<testsuites name="attention-ports conformance (julia)" tests="%d" failures="%d" errors="%d" skipped="%d" time="%.3f">\n""",
+            length(runs), count(runs, "fail"), count(runs, "error"), count(runs, "missing"), seconds)
+    for op in unique([r.case.op for r in runs])
+        rs = [r for r in runs if r.case.op == op]
+        @printf(io, """  <testsuite name="julia.%s" tests="%d" failures="%d" errors="%d" skipped="%d" time="%.3f">\n""",
+                op, length(rs), count(rs, "fail"), count(rs, "error"), count(rs, "missing"), sum(r.seconds for r in rs))
+        println(io, """    <properties><property name="port" value="$(xml_escape(port_path))"/></properties>""")
+        for r in rs
+            @printf(io, """    <testcase classname="julia.%s" name="%s" time="%.3f">\n""", op, r.case.id, r.seconds)
+            status = case_status(r.outputs)
+            tag = get(Dict("fail" => "failure", "error" => "error", "missing" => "skipped"), status, nothing)
+            if tag !== nothing
+                bad = [o for o in r.outputs if o.status != "pass"]
+                text = xml_escape(join(unique([o.message for o in bad]), "\n"))
+                first = xml_escape(split(bad[1].message, '\n')[1])
+                println(io, """      <$tag message="$first" type="$status">$text</$tag>""")
+            end
+            println(io, "    </testcase>")
+        end
+        println(io, "  </testsuite>")
+    end
+    println(io, "</testsuites>")
+    return String(take!(io))
+end
+
+function json_string(s::AbstractString)
+    io = IOBuffer()
+    print(io, '"')
+    for c in s
+        if c == '"' || c == '\\'
+            print(io, '\\', c)
+        elseif c == '\n'
+            print(io, "\\n")
+        elseif c == '\t'
+            print(io, "\\t")
+        elseif c == '\r'
+            print(io, "\\r")
+        elseif c < ' '
+            @printf(io, "\\u%04x", UInt32(c))
+        else
+            print(io, c)
+        end
+    end
+    print(io, '"')
+    return String(take!(io))
+end
+
+json_number(x) = x === nothing ? "null" : isfinite(x) ? repr(x) : json_string(fmt3(x))
+
+function results_json(runs, port::Port)
+    rows = String[]
+    for r in runs, o in r.outputs
+        c = o.errors
+        num(f) = c === nothing ? "null" : json_number(f(c))
+        push!(rows, "  {\"impl\": \"julia\", \"case\": $(json_string(o.case)), \"output\": $(json_string(o.output)), " *
+                    "\"status\": $(json_string(o.status)), \"max_abs_err\": $(num(x -> x.max_abs_err)), " *
+                    "\"max_rel_err\": $(num(x -> x.max_rel_err)), \"max_ulp_err\": $(num(x -> x.max_ulp_err)), " *
+                    "\"err_over_bound\": $(num(x -> x.max_err_over_bound)), \"message\": $(json_string(o.message))}")
+    end
+    meta = "{\"runner\": \"ports/julia/conformance.jl\", \"port\": $(json_string(port.path)), " *
+           "\"masked_query\": $(json_string(port.masked_query)), \"julia\": $(json_string(string(VERSION)))}"
+    return "{\n\"version\": 2,\n\"meta\": $meta,\n\"results\": [\n$(join(rows, ",\n"))\n]\n}\n"
+end
+
+function write_atomically(path::AbstractString, text::AbstractString)
+    tmp, io = mktemp(dirname(abspath(path)))
+    try
+        write(io, text)
+        close(io)
+        mv(tmp, path; force = true)
+    catch
+        isfile(tmp) && rm(tmp)
+        rethrow()
+    end
+end
+
+# ------------------------------------------------------------------------------------------------
+
+const HELP = """
+usage: julia conformance.jl [--fixtures DIR] [--case GLOB]... [--junit FILE] [--json FILE] [--strict] PORT.jl|PORTDIR
+Judges a Julia port against the attention-ports fixtures (see the comment at the top of this file)."""
+
+struct Run
+    case::Case
+    outputs::Vector{OutputResult}
+    seconds::Float64
+end
+
+function counts(ts::Test.DefaultTestSet)   # DefaultTestSet's fields are the same on Julia 1.5 to 1.11
+    passed, failed = ts.n_passed, 0
+    for r in ts.results
+        if r isa Test.DefaultTestSet
+            p, f = counts(r)
+            passed, failed = passed + p, failed + f
+        elseif r isa Test.Fail || r isa Test.Error
+            failed += 1
+        end
+    end
+    return passed, failed
+end
+
+function main(argv::Vector{String})
+    opts = parse_args(argv)
+    if opts.help
+        println(HELP)
+        return 0
+    end
+    dir = opts.fixtures === nothing ? default_fixtures() : abspath(opts.fixtures)
+    isdir(dir) || usage("--fixtures ", opts.fixtures, ": no such folder")
+    index = read_index(dir)
+    cases = select_cases(index, opts.cases, dir)
+    cases = cases[sortperm([findfirst(==(c.op), index.op_order) for c in cases]; alg = MergeSort)]  # one @testset per operation
+    # A function barrier: compiling what judges the cases takes seconds, which bad usage and bad
+    # fixtures (above) need not wait for.
+    return Base.invokelatest(judge, opts, dir, index, cases)
+end
+
+function judge(opts::Options, dir::String, index::Index, cases::Vector{Case})
+    reader = Module(:Reader)
+    Base.include(reader, joinpath(dir, "readers", "read_npy.jl"))
+    READER[] = getfield(reader, :read_npy)
+    port = load_port(opts.ports[1], index.op_order)
+    declared = port.present ? "masked_query = $(port.masked_query)" : "no declaration"
+    println("julia conformance: port $(port.path) ($declared), $(length(cases)) case(s) from $dir")
+    isempty(port.failure) || println(stderr, "julia: ", port.failure)
+    runs = Run[]
+    started = time()
+    ts = Test.DefaultTestSet("julia conformance")
+    Test.push_testset(ts)
+    try
+        for op in unique([c.op for c in cases])
+            @testset "$op" begin
+                for case in cases
+                    case.op == op || continue
+                    t0 = time()
+                    outputs = run_case(dir, index, port, case)
+                    push!(runs, Run(case, outputs, time() - t0))
+                    report_test(case, outputs)
+                end
+            end
+        end
+    finally
+        Test.pop_testset()
+    end
+    seconds = time() - started
+    Test.print_test_results(ts)
+    statuses = [case_status(r.outputs) for r in runs]
+    failing = opts.strict ? ("fail", "error", "missing") : ("fail", "error")
+    opts.junit === nothing || write_atomically(opts.junit, junit_xml(runs, port.path, seconds))
+    opts.json === nothing || write_atomically(opts.json, results_json(runs, port))
+    failed = sum(Int[s in failing for s in statuses])
+    @printf("julia conformance: %d passed, %d failed, %d missing (%.1f s)\n", sum(Int[s == "pass" for s in statuses]), failed,
+            sum(Int[s == "missing" for s in statuses]), seconds)
+    return failed > 0 ? 1 : 0
+end
+
+function run(argv::Vector{String})
+    try
+        return main(argv)
+    catch e
+        if e isa UsageError
+            println(stderr, "julia conformance: ", e.msg)
+            return 2
+        end
+        println(stderr, "julia conformance: internal error: ", sprint(showerror, e, catch_backtrace()))
+        return 3
+    end
+end
+
+end # module AttentionPortsConformance
+
+if abspath(PROGRAM_FILE) == abspath(@__FILE__)
+    exit(AttentionPortsConformance.run(ARGS))
+end

@@ -1,0 +1,354 @@
+"""The native conformance runners judge exactly as the Python suite does.
+
+``Rscript ports/r/conformance.R PORT.R`` and ``julia ports/julia/conformance.jl PORT.jl`` read the
+fixtures through fixtures/index.tsv and judge a port in R or Julia alone. Here each runs on a port
+while ``attention-ports verify --port ... --json`` runs the same port on the same cases, and the
+(case, output, status) sets must be equal, with the same exit status, the closing
+``N passed, M failed, K missing`` line counting the same cases, and every failure's worst element
+named in 1-based indices of the port's own layout (checked against the fixture's expected value
+there). The ports: ours (every case, both languages), seed 000's R code verbatim (its errors carry
+R's own message) and with its one-word fix, seed 003's two known-bad Julia transcriptions (their
+softmax helper, their forward and their backward cases), ports with declarations or that do not
+load, and a spread of the mutation kit's mutants, bugs and controls (each on its own cases, as
+tests/test_mutation.py runs them). The native runner runs while Python verifies, so the two halves
+share the cores.
+
+Also: the runners from an unpacked wheel (what an R-only or Julia-only team has; declared,
+undefined and undeclared operations), the masked-query convention files they pick, and their
+answers to bad usage and bad fixtures. Real R and Julia, no mocks; without them this skips locally
+and fails under CI=true.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attention_ports import cli, fixture_index, mutation, truth
+from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case, manifest_bytes, npy_bytes, read_manifest
+from tests.conftest import require
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNERS = {"r": ROOT / "ports" / "r" / "conformance.R", "julia": ROOT / "ports" / "julia" / "conformance.jl"}
+OURS = {"r": ROOT / "ports" / "r" / "R", "julia": ROOT / "ports" / "julia" / "src"}
+USER_PORTS = ROOT / "tests" / "data" / "ports"
+CLOSING = re.compile(r"^(r|julia) conformance: (\d+) passed, (\d+) failed, (\d+) missing", re.M)
+WORST = re.compile(r"worst at \[([\d, ]*)\] \(1-based\): expected ([^,\s]+), actual")
+SEVERITY = ("pass", "missing", "fail", "error")
+FUN_MISSING = 'Error in match.fun(FUN) : argument "FUN" is missing, with no default'
+MUTANTS_PER_LANG = {"r": 4, "julia": 2}  # evenly spread over the kit, in its order
+# Julia at -O1: half the compile time of the default -O2, with the same IEEE semantics (Julia never
+# uses fast-math unasked); only the order of a @simd sum may differ, which every bound covers. The
+# Python side's Julia worker runs at the default, so the two agree across levels too.
+# scripts/native_tests.sh runs the runner at the default level over every case of our port.
+JULIA_FLAGS = ("--startup-file=no", "-O1")
+
+
+@dataclass(frozen=True)
+class Port:
+    id: str
+    lang: str
+    path: Path | None = None  # None: ours (verify --impl LANG)
+    cases: tuple[str, ...] = ()  # globs; () = every case
+    mutant: str = ""
+    says: str = ""  # in every error's message and in the runner's own report: the port's own words
+
+
+def _spread(items: list, k: int) -> list:
+    if len(items) <= k:
+        return items
+    return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)]
+
+
+def _user(lang: str, name: str, *cases: str) -> Port:
+    return Port(f"{lang}-{name}", lang, USER_PORTS / lang / f"{name}.{'R' if lang == 'r' else 'jl'}", cases)
+
+
+def _ports() -> list[Port]:
+    ports = [
+        Port("r-ours", "r"),
+        Port("julia-ours", "julia"),
+        # Seed 000 as published stops R: apply(scores, margin = 1, max) fills MARGIN with max.
+        Port("r-seed000_verbatim", "r", USER_PORTS / "r" / "seed000_verbatim.R", says=FUN_MISSING),
+        *(_user("r", n) for n in ("seed000_margin_fixed", "declared_attention_only")),
+        _user("r", "declares_undefined"),
+        _user("r", "syntax_error"),  # never loads: every case an error, naming the file
+        _user("julia", "syntax_error", "softmax_ties", "clf_step_n1"),
+        # Seed 003: its softmax helper (undeclared, so called: it normalises the whole array), the
+        # forward whose scale is wrong, the backward that is wrong.
+        _user("julia", "seed003_scale_bug", "softmax_*", "clf_forward_*"),
+        _user("julia", "seed003_backward_bug", "clf_step_*"),
+    ]
+    entries = list(iter_entries(REPO_FIXTURES))
+    kit = mutation.load_mutants()
+    for lang, k in MUTANTS_PER_LANG.items():
+        for m in _spread([m for m in kit if m.lang == lang], k):
+            ports.append(Port(f"{lang}-{m.id}", lang, None, tuple(mutation.cases_for(m, entries, "home")), m.id))
+    return ports
+
+
+PORTS = _ports()
+
+
+def _julia() -> str:
+    from attention_ports.impl import ImplementationUnavailable
+    from ports.julia_adapter import find_julia
+
+    try:
+        return find_julia()
+    except ImplementationUnavailable as exc:
+        require("julia", str(exc))
+        raise
+
+
+def _rscript() -> str:
+    found = shutil.which("Rscript")
+    if found is None:
+        require("R", "Rscript is not on PATH (scripts/install_r.sh)")
+    probe = subprocess.run([found, "-e", "quit(status = !requireNamespace('testthat', quietly = TRUE))"], check=False)
+    if probe.returncode != 0:
+        require("R", "testthat is not installed (scripts/install_r.sh)")
+    return str(found)
+
+
+def native_command(lang: str, runner: Path, port: Path, *args: str) -> list[str]:
+    if lang == "r":
+        return [_rscript(), str(runner), "--reporter", "summary", *args, str(port)]
+    return [_julia(), *JULIA_FLAGS, str(runner), *args, str(port)]
+
+
+def verdicts(path: Path) -> set[tuple[str, str, str]]:
+    return {(r["case"], r["output"], r["status"]) for r in json.loads(path.read_text())["results"]}
+
+
+def case_counts(triples: set[tuple[str, str, str]]) -> tuple[int, int, int]:
+    worst: dict[str, int] = {}
+    for case, _, status in triples:
+        worst[case] = max(worst.get(case, 0), SEVERITY.index(status))
+    statuses = [SEVERITY[w] for w in worst.values()]
+    return statuses.count("pass"), sum(s in ("fail", "error") for s in statuses), statuses.count("missing")
+
+
+def reference_index(lang: str, port_index: list[int]) -> tuple[int, ...]:
+    """A 1-based index into the port's result -> the 0-based index into the fixture's array."""
+    zero = [i - 1 for i in port_index]
+    return tuple(zero if lang == "r" else reversed(zero))
+
+
+def check_worst_elements(lang: str, results: list[dict]) -> int:
+    """Every failure's worst element, read in the port's layout, holds the fixture's expected value."""
+    entries = {e["id"]: e for e in iter_entries(REPO_FIXTURES)}
+    checked = 0
+    for r in results:
+        m = WORST.search(r["message"]) if r["status"] == "fail" else None
+        if m is None:
+            continue
+        expected = load_case(REPO_FIXTURES, entries[r["case"]]).expected[r["output"]].array
+        at = reference_index(lang, [int(i) for i in m.group(1).split(",") if i.strip()])
+        value, shown = float(expected[at]), float(m.group(2))
+        assert value == shown or (np.isnan(value) and np.isnan(shown)), (r["case"], r["output"], at, r["message"])
+        checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("port", PORTS, ids=[p.id for p in PORTS])
+def test_native_verdicts_equal_verify_json(port: Port, tmp_path: Path) -> None:
+    if port.mutant:
+        mutant = next(m for m in mutation.load_mutants() if m.id == port.mutant)
+        path = mutation.materialise(mutant, tmp_path)
+    else:
+        path = port.path or OURS[port.lang]
+    case_args = [a for c in port.cases for a in ("--case", c)]
+    native_json, python_json = tmp_path / "native.json", tmp_path / "verify.json"
+    cmd = native_command(port.lang, RUNNERS[port.lang], path, "--json", str(native_json), *case_args)
+    native = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        which = ["--impl", port.lang] if port.path is None and not port.mutant else ["--port", f"{port.lang}={path}"]
+        code = cli.main(["verify", *which, *case_args, "--json", str(python_json), "--quiet"])
+        out, _ = native.communicate(timeout=600)
+    finally:
+        native.kill()
+        native.wait()
+    assert native_json.is_file(), f"the native runner wrote no results (exit {native.returncode}):\n{out[-4000:]}"
+    ours, theirs = verdicts(native_json), verdicts(python_json)
+    assert ours, "no verdict at all"
+    assert sorted(ours - theirs) == [] and sorted(theirs - ours) == [], (
+        f"native only: {sorted(ours - theirs)[:10]}\nverify only: {sorted(theirs - ours)[:10]}\n{out[-4000:]}"
+    )
+    assert native.returncode == code, out[-4000:]
+    closing = CLOSING.findall(out)
+    assert closing and closing[-1][0] == port.lang, out[-2000:]
+    assert tuple(int(n) for n in closing[-1][1:]) == case_counts(ours)
+    results = json.loads(native_json.read_text())["results"]
+    check_worst_elements(port.lang, results)
+    if port.says:
+        errors = [r["message"] for r in results if r["status"] == "error"]
+        assert errors and all(f"r raised: self_attention: {port.says}" in m for m in errors) and port.says in out
+
+
+def test_the_sample_catches_and_spares_what_the_kit_says() -> None:
+    # The sample is not all controls or all bugs: the equality above covers passing, failing,
+    # erroring and missing verdicts (the seed ports error and miss; mutants fail and pass).
+    sampled = [m for m in mutation.load_mutants() if any(p.mutant == m.id for p in PORTS)]
+    assert {m.lang for m in sampled} == {"r", "julia"}
+    assert {m.expect for m in sampled} == {"killed", "passes"}
+
+
+# ---------------------------------------------------------------- from an unpacked wheel
+
+
+def test_an_unpacked_wheel_runs_both_runners_with_its_own_fixtures(installed_tool, tmp_path: Path) -> None:
+    # An R-only or Julia-only team needs no Python: the wheel is a zip holding the runners, the
+    # worker code they share, the fixtures and their index. Unpack, run, from a folder of its own.
+    # The port declares softmax and self_attention but defines no self_attention: softmax passes,
+    # self-attention is an error (a broken promise), attention is missing (not declared).
+    unpacked = tmp_path / "unpacked"
+    zipfile.ZipFile(installed_tool.wheel).extractall(unpacked)
+    fixtures = unpacked / "attention_ports" / "_assets" / "fixtures"
+    user = tmp_path / "user"
+    user.mkdir()
+    for lang, port in (("r", "declares_undefined.R"), ("julia", "declares_undefined.jl")):
+        shutil.copy(USER_PORTS / lang / port, user / port)
+        runner = unpacked / "ports" / lang / RUNNERS[lang].name
+        junit, out = user / f"{lang}.xml", user / f"{lang}.json"
+        cases = ("--case", "softmax_ties", "--case", "self_attn_L1", "--case", "sdpa_L1_d1")
+        proc = subprocess.run(
+            native_command(lang, runner, Path(port), "--junit", str(junit), "--json", str(out), *cases),
+            cwd=user,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert f"case(s) from {fixtures}" in proc.stdout, proc.stdout + proc.stderr
+        assert proc.returncode == 1 and f"{lang} conformance: 1 passed, 1 failed, 1 missing" in proc.stdout
+        statuses = {(r["case"], r["status"]) for r in json.loads(out.read_text())["results"]}
+        assert statuses == {("softmax_ties", "pass"), ("self_attn_L1", "error"), ("sdpa_L1_d1", "missing")}
+        sep = "$" if lang == "r" else "."
+        message = next(r["message"] for r in json.loads(out.read_text())["results"] if r["status"] == "error")
+        assert f"self_attention is declared in attention_ports{sep}operations of " in message
+        suites = junit.read_text()
+        assert suites.count("<testcase ") == 3 and suites.count("<skipped ") == 1 and suites.count("<error ") == 1
+        assert f'<testsuite name="{lang}.softmax" tests="1" failures="0" errors="0" skipped="0"' in suites
+
+
+# ---------------------------------------------------------------- conventions and bad input
+
+
+@pytest.fixture
+def fixtures_copy(tmp_path: Path) -> Path:
+    dst = tmp_path / "fixtures"
+    shutil.copytree(REPO_FIXTURES, dst)
+    return dst
+
+
+def _reindex(root: Path) -> None:
+    """Rewrite root's index from its manifest, as `attention-ports generate` would."""
+    manifest = read_manifest(root)
+    files = {
+        meta[key]: (root / meta[key]).read_bytes()
+        for entry in manifest["cases"]
+        for meta in [*entry["inputs"].values(), *entry["expected"].values()]
+        for key in ("file", "bound_file")
+        if key in meta
+    }
+    for entry in manifest["cases"]:  # per-convention files listed by the test
+        for meta in entry["expected"].values():
+            for conv in meta.get("conventions", {}).values():
+                for key in ("file", "bound_file"):
+                    files[conv[key]] = (root / conv[key]).read_bytes()
+    (root / fixture_index.INDEX).write_bytes(fixture_index.render(manifest, manifest_bytes(manifest), files))
+
+
+MASKED = ("sdpa_fully_masked_row", "sdpa_all_masked")
+
+
+def _add_nan_convention(root: Path, case_id: str) -> None:
+    """expected/bound.<name>.nan.npy for one case, listed in the manifest, and the index remade."""
+    manifest = read_manifest(root)
+    entry = next(e for e in manifest["cases"] if e["id"] == case_id)
+    case = load_case(root, entry)
+    for name, (expected, bound) in truth.compute(case.op, case.inputs, case.options, masked_query="nan").items():
+        assert np.isnan(expected).any()  # the convention really differs here
+        conv = {}
+        for kind, array, key in (("expected", expected, "file"), ("bound", bound, "bound_file")):
+            conv[key] = f"cases/{case.id}/{kind}.{name}.nan.npy"
+            (root / conv[key]).write_bytes(npy_bytes(array))
+            conv["sha256" if key == "file" else "bound_sha256"] = hashlib.sha256(npy_bytes(array)).hexdigest()
+        entry["expected"][name]["conventions"] = {"nan": conv}
+    (root / "manifest.json").write_bytes(manifest_bytes(manifest))
+    _reindex(root)
+
+
+@pytest.mark.parametrize("lang", ["r", "julia"])
+def test_a_declared_convention_is_judged_by_its_own_expected_files(lang: str, fixtures_copy: Path, tmp_path) -> None:
+    # declared_attention_only declares masked_query = "nan" (NaN rows where every key is masked),
+    # so it fails both fully masked cases against the fixtures' own zeros (the equality test above
+    # agrees with verify there, for R). Given expected.<name>.nan.npy for one of them, it passes
+    # that one and still fails the other, judged by the zeros files; softmax it does not declare.
+    ext = {"r": "R", "julia": "jl"}[lang]
+    with_nan, without = MASKED
+    _add_nan_convention(fixtures_copy, with_nan)
+    out = tmp_path / "out.json"
+    cases = ("--case", with_nan, "--case", without, "--case", "softmax_ties")
+    proc = subprocess.run(
+        native_command(
+            lang,
+            RUNNERS[lang],
+            USER_PORTS / lang / f"declared_attention_only.{ext}",
+            "--fixtures",
+            str(fixtures_copy),
+            "--json",
+            str(out),
+            *cases,
+        ),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "(masked_query = nan)" in proc.stdout
+    statuses = {(r["case"], r["status"]) for r in json.loads(out.read_text())["results"]}
+    assert (proc.returncode, statuses) == (1, {(with_nan, "pass"), (without, "fail"), ("softmax_ties", "missing")})
+
+
+@pytest.mark.parametrize("lang", ["r", "julia"])
+def test_bad_usage_and_bad_fixtures_are_named(lang: str, fixtures_copy: Path, tmp_path: Path) -> None:
+    port = OURS[lang]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            native_command(lang, RUNNERS[lang], port, *args), capture_output=True, text=True, check=False
+        )
+
+    # A corrupted case file: that case is an error naming the file, the others still run; and a
+    # glob that matches nothing is bad usage (exit 2), as for `verify`.
+    victim = fixtures_copy / "cases" / "softmax_ties" / "input.x.npy"
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0x01
+    victim.write_bytes(bytes(data))
+    out = tmp_path / "out.json"
+    proc = run("--fixtures", str(fixtures_copy), "--case", "softmax_*", "--json", str(out))
+    matching = sum(e["id"].startswith("softmax_") for e in iter_entries(REPO_FIXTURES))
+    assert proc.returncode == 1 and f"{matching - 1} passed, 1 failed" in proc.stdout
+    bad = [r for r in json.loads(out.read_text())["results"] if r["status"] != "pass"]
+    assert [(r["case"], r["status"]) for r in bad] == [("softmax_ties", "error")]
+    assert bad[0]["message"].startswith(f"case 'softmax_ties': fixture error: {victim}: ")
+    nothing = run("--fixtures", str(fixtures_copy), "--case", "no_such_case*")
+    assert nothing.returncode == 2 and f"no case in {fixtures_copy} matches no_such_case*" in nothing.stderr
+    # A manifest the index does not describe (edited, or regenerated without its index): exit 2.
+    manifest = fixtures_copy / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes() + b"\n")
+    stale = run("--fixtures", str(fixtures_copy))
+    assert stale.returncode == 2 and f"{fixtures_copy / 'index.tsv'}: does not describe {manifest}" in stale.stderr
+    (fixtures_copy / "index.tsv").unlink()
+    assert "no fixture index" in run("--fixtures", str(fixtures_copy)).stderr
+    unknown = run("--frobnicate")
+    assert unknown.returncode == 2 and "unknown option --frobnicate" in unknown.stderr
