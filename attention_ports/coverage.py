@@ -68,10 +68,14 @@ def _dead_rows(keep: np.ndarray) -> np.ndarray:
 
 
 def _is_causal(f: Facts) -> bool:
+    # Key j kept for query i when j <= i + k, for some diagonal k: k = 0 is seed 002's tril, k = n_k - n_q
+    # the bottom-right alignment of cross-attention over a cache.
     keep = _keep(f)
-    if keep is None or keep.all():
+    if keep is None or keep.all() or not keep.any():
         return False
-    return bool(np.array_equal(keep, np.tril(np.ones(keep.shape, dtype=bool))))
+    n_q, n_k = keep.shape
+    tri = np.ones(keep.shape, dtype=bool)
+    return any(np.array_equal(keep, np.tril(tri, k=k)) for k in range(1 - n_q, n_k))
 
 
 def _is_padding(f: Facts) -> bool:

@@ -37,6 +37,17 @@ def _frac(x: float | None) -> str:
 
 
 _CELL = "status      ulps     abs     rel err/bnd"
+# A case with a fully masked query is judged by the implementation's convention: its status says which.
+_CONVENTION_MARK = {"zeros": "0", "nan": "NaN", "uniform": "1/n"}
+CONVENTION_LEGEND = (
+    "pass:0, pass:NaN, pass:1/n (fail: likewise): a case with a query whose mask removes every key, judged by "
+    "the implementation's masked_query convention zeros, nan or uniform (ports/CONTRACT.md)"
+)
+
+
+def _status(r: CaseResult) -> str:
+    conv = r.masked_query
+    return r.status if conv is None else f"{r.status}:{_CONVENTION_MARK[conv]}"
 
 
 def table(results: list[CaseResult]) -> str:
@@ -55,11 +66,13 @@ def table(results: list[CaseResult]) -> str:
             cell = (
                 ""
                 if r is None
-                else f"{r.status:<8} {_ulps(r.max_ulp_err):>7} {_err(r.max_abs_err):>7} "
+                else f"{_status(r):<8} {_ulps(r.max_ulp_err):>7} {_err(r.max_abs_err):>7} "
                 f"{_err(r.max_rel_err):>7} {_frac(r.err_over_bound):>7}"
             )
             row += f"  {cell:<{col_w}}"
         lines.append(row.rstrip())
+    if any(r.masked_query for r in results):
+        lines.append(CONVENTION_LEGEND)
     return "\n".join(lines)
 
 

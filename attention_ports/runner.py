@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from attention_ports import registry
+from attention_ports import conventions, registry
 from attention_ports.compare import compare
-from attention_ports.fixtures import Case, FixtureError, iter_entries, load_case
+from attention_ports.fixtures import Case, Expected, FixtureError, iter_entries, load_case
 from attention_ports.impl import Implementation, ImplementationError, ImplementationUnavailable, OperationMissing
 from attention_ports.supervisor import output_section
 
@@ -39,6 +39,7 @@ class OutputResult:
     max_ulp_err: float | None = None
     err_over_bound: float | None = None  # the worst |actual - expected| / bound: 1 = at the limit
     message: str = ""
+    masked_query: str | None = None  # the convention judged by, on a case flagged masked_query
 
     def as_json(self) -> dict[str, Any]:
         def num(x: float | None) -> float | str | None:
@@ -54,6 +55,7 @@ class OutputResult:
             "max_ulp_err": num(self.max_ulp_err),
             "err_over_bound": num(self.err_over_bound),
             "message": self.message,
+            "masked_query": self.masked_query,
         }
 
 
@@ -69,6 +71,11 @@ class CaseResult:
     @property
     def status(self) -> str:
         return max((o.status for o in self.outputs), key=SEVERITY.__getitem__, default="error")
+
+    @property
+    def masked_query(self) -> str | None:
+        """The convention this case was judged by (None: the case has no fully masked query)."""
+        return next((o.masked_query for o in self.outputs if o.masked_query), None)
 
     @property
     def max_abs_err(self) -> float | None:
@@ -127,12 +134,13 @@ def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult
         return every("error", f"case {case.id!r}: {impl_name} raised: {exc}")
     except Exception as exc:  # an adapter bug must not stop the run either
         return every("error", f"case {case.id!r}: {impl_name} adapter failed: {type(exc).__name__}: {exc}")
+    convention = masked_query_convention(case, impl)
     results = []
-    for name, exp in case.expected.items():
+    for name, exp in case.expected_for(convention).items():
         if name not in actual:
             got = ", ".join(sorted(actual)) or "nothing"
             message = f"case {case.id!r}, output {name!r}: not returned (returned: {got})"
-            results.append(OutputResult(impl_name, case.id, name, "fail", message=message))
+            results.append(OutputResult(impl_name, case.id, name, "fail", message=message, masked_query=convention))
             continue
         cmp = compare(exp.array, actual[name], exp.bound)
         same_shape = cmp.expected_shape == cmp.actual_shape
@@ -147,14 +155,58 @@ def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult
                 max_ulp_err=cmp.max_ulp_err if same_shape else None,
                 err_over_bound=cmp.max_err_over_bound if same_shape else None,
                 message="" if cmp.ok else cmp.describe(case.id, name),
+                masked_query=convention,
             )
         )
+    if convention is not None:
+        _explain_convention(impl_name, case, convention, actual, results)
     printed = output_section(impl.last_output)  # what a port printed helps read its wrong numbers
     if printed:
         for r in results:
             if r.status == "fail":
                 r.message += printed
     return results
+
+
+def masked_query_convention(case: Case, impl: Implementation) -> str | None:
+    """The convention ``impl`` is judged by on ``case``: its declared one where the case has a query
+    whose mask removes every key (flagged masked_query), else None (one set of expected outputs)."""
+    return impl.masked_query_for(case.op) if case.conventions else None
+
+
+def _same(a: Expected, b: Expected) -> bool:
+    return np.array_equal(a.array, b.array, equal_nan=True) and np.array_equal(a.bound, b.bound)
+
+
+def _explain_convention(
+    impl_name: str, case: Case, convention: str, actual: dict[str, np.ndarray], results: list[OutputResult]
+) -> None:
+    """Say, on each failing output the convention decides, which convention was applied, and which
+    one the outputs follow instead when they agree with another everywhere."""
+    judged = case.expected_for(convention)
+    matches = [
+        other
+        for other in case.conventions
+        if other != convention
+        and all(
+            name in actual and compare(exp.array, actual[name], exp.bound).ok
+            for name, exp in case.expected_for(other).items()
+        )
+    ]
+    lines = [
+        f"  masked_query: queries {list(case.dead_rows)} have every key masked; {impl_name} is judged by its "
+        f"convention {convention!r} ({conventions.MEANING[convention]}; 'zeros' unless a port declares another)"
+    ]
+    if matches:
+        other = matches[0]
+        lines.append(
+            f"  the outputs follow the {other!r} convention instead ({conventions.MEANING[other]}): if that is "
+            f"the port's convention, declare it ({conventions.declaration_hint(other)})"
+        )
+    for r in results:
+        decided = any(not _same(judged[r.output], by[r.output]) for by in case.conventions.values())
+        if r.status == "fail" and decided and r.output in judged:
+            r.message += "\n" + "\n".join(lines)
 
 
 def select_entries(fixtures_dir: Path, case_globs: Iterable[str] = ()) -> list[dict[str, Any]]:
