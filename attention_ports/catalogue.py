@@ -34,6 +34,9 @@ KNOWN_FLAGS = {
     "ties",  # equal scores: the weights must split exactly evenly
     "mask",  # exercises masking
     "nan",  # the expected output holds NaN by definition
+    # A query whose mask removes every key: the expected outputs depend on the convention a port
+    # declares (zeros, nan, uniform: attention_ports/conventions.py), each an acceptable outcome.
+    "masked_query",
     "non_square",  # n_q != n_k or d_k != d_v: catches transposes and swapped axes
     "bias",  # optional biases present
     "large",  # L >= 128 or d >= 64
@@ -224,7 +227,11 @@ def _build_one(how: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
     elif "constant" in how:
         arr = np.full(tuple(how["constant"]), float(how["value"]))
     elif "causal" in how:
-        arr = reference.causal_mask(*how["causal"])
+        # diagonal = k keeps key j for query i when j <= i + k: k = n_k - n_q is the causal mask
+        # aligned at the bottom right (the last query sees every key), as in cross-attention over a
+        # cache; with n_q > n_k its first n_q - n_k queries see no key at all.
+        n_q, n_k = how["causal"]
+        arr = np.tril(np.ones((n_q, n_k), dtype=bool), k=int(how.get("diagonal", 0)))
     elif "padding" in how:
         arr = reference.key_padding_mask(*how["padding"], valid=how["valid"])
     elif "sentence" in how:

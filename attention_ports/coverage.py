@@ -68,10 +68,14 @@ def _dead_rows(keep: np.ndarray) -> np.ndarray:
 
 
 def _is_causal(f: Facts) -> bool:
+    # Key j kept for query i when j <= i + k, for some diagonal k: k = 0 is seed 002's tril, k = n_k - n_q
+    # the bottom-right alignment of cross-attention over a cache.
     keep = _keep(f)
-    if keep is None or keep.all():
+    if keep is None or keep.all() or not keep.any():
         return False
-    return bool(np.array_equal(keep, np.tril(np.ones(keep.shape, dtype=bool))))
+    n_q, n_k = keep.shape
+    tri = np.ones(keep.shape, dtype=bool)
+    return any(np.array_equal(keep, np.tril(tri, k=k)) for k in range(1 - n_q, n_k))
 
 
 def _is_padding(f: Facts) -> bool:
@@ -236,29 +240,39 @@ def _scale(options: Mapping[str, Any], d_k: int) -> float:
 
 def facts_of(case: CaseSpec) -> Facts:
     """Build the case's inputs as ``generate`` does and recompute what each of its softmaxes sees."""
-    inputs = build_inputs(case)
-    f = Facts(op=case.op, options=dict(case.options), inputs=inputs)
-    if case.op == "softmax":
+    return facts_from(case.op, case.options, build_inputs(case), case.id)
+
+
+def features_of(op: str, options: Mapping[str, Any], inputs: Mapping[str, np.ndarray]) -> set[str]:
+    """The feature keys one call exercises (a generated case's, say), read from its data."""
+    facts = facts_from(op, options, dict(inputs), "generated")
+    return {feat.key for feat in FEATURES if feat.test(facts)}
+
+
+def facts_from(op: str, options: Mapping[str, Any], inputs: dict[str, np.ndarray], case_id: str) -> Facts:
+    """What each softmax of one call of ``op`` sees, recomputed in float64 with the reference."""
+    f = Facts(op=op, options=dict(options), inputs=inputs)
+    if op == "softmax":
         x = inputs["x"]
         f.logits = [x]
         f.n_q, f.n_k = x.shape
         f.dims = {"rows": x.shape[0], "columns": x.shape[1]}
         if np.isneginf(x).any():  # in softmax the -inf entries are the mask, already added
             f.mask, f.mask_dtype = np.where(np.isneginf(x), -np.inf, 0.0), "float64"
-    elif case.op == "scaled_dot_product_attention":
+    elif op == "scaled_dot_product_attention":
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
         f.n_q, f.n_k = q.shape[0], k.shape[0]
         f.dims = {"n_q": f.n_q, "n_k": f.n_k, "d_k": q.shape[1], "d_v": v.shape[1]}
         f.mask, f.mask_dtype = _mask_of(inputs, f.n_q, f.n_k)
-        f.logits = [_attention_logits(q, k, _scale(case.options, q.shape[1]), f.mask)]
-    elif case.op == "self_attention":
+        f.logits = [_attention_logits(q, k, _scale(options, q.shape[1]), f.mask)]
+    elif op == "self_attention":
         res = reference.self_attention(**{name: a for name, a in inputs.items() if name != "mask"})
         f.n_q = f.n_k = inputs["x"].shape[0]
         f.dims = {"n": f.n_q, "d_in": inputs["x"].shape[1], "d_k": res.q.shape[1], "d_v": res.v.shape[1]}
         f.mask, f.mask_dtype = _mask_of(inputs, f.n_q, f.n_k)
-        f.logits = [_attention_logits(res.q, res.k, _scale(case.options, res.q.shape[1]), f.mask)]
-    elif case.op == "multi_head_attention":
-        h = int(case.options["num_heads"])
+        f.logits = [_attention_logits(res.q, res.k, _scale(options, res.q.shape[1]), f.mask)]
+    elif op == "multi_head_attention":
+        h = int(options["num_heads"])
         query, key = inputs["query"], inputs["key"]
         d_model = query.shape[1]
         d_head = d_model // h
@@ -269,7 +283,7 @@ def facts_of(case: CaseSpec) -> Facts:
         k = key @ inputs["w_k"] + inputs.get("b_k", 0.0)
         heads = [slice(i * d_head, (i + 1) * d_head) for i in range(h)]
         f.logits = [_attention_logits(q[:, c], k[:, c], 1 / np.sqrt(d_head), f.mask) for c in heads]
-    elif case.op in ("classifier_forward", "classifier_step"):
+    elif op in ("classifier_forward", "classifier_step"):
         params = {p: inputs[f"params.{p}"] for p in ops.CLASSIFIER_PARAMS}
         fw = reference.classifier_forward(inputs["x_emb"], params)
         n, d = fw.x.shape
@@ -277,10 +291,10 @@ def facts_of(case: CaseSpec) -> Facts:
         f.dims = {"n": n, "d": d, "c": fw.f.shape[1]}
         f.logits = [(fw.q @ fw.k.T) / np.sqrt(d)]
         f.out_logits = fw.pooled[None, :]
-    elif case.op == "classifier_train":
+    elif op == "classifier_train":
         pass  # its regimes are classifier_step's, per sentence: marked not applicable in the catalogue
     else:  # a new operation needs its facts here before the catalogue can declare its coverage
-        raise CatalogueError(f"case {case.id!r}: the coverage matrix knows no operation {case.op!r}")
+        raise CatalogueError(f"case {case_id!r}: the coverage matrix knows no operation {op!r}")
     return f
 
 

@@ -233,8 +233,13 @@ class Graph:
                     parts["second"].append(zero)
                     parts["rho"].append([eps] * n_cols)
                 continue
-            m = functools.reduce(lambda a, b: a.max(b), (row[j] for j in range(n_cols) if kept[j]))
-            t = [row[j] - m if kept[j] else zero for j in range(n_cols)]
+            # Shift by one kept score itself, the one with the largest midpoint (softmax is shift
+            # invariant, and every shifted score stays <= its radius, so exp cannot overflow): its own
+            # shifted score is then exactly 0 and its exp exactly 1, where a ball minus itself keeps
+            # a radius. So a row with one kept key has the weight 1 exactly, and an output that is
+            # a midpoint between two doubles (v = 1 + 2^-53) still certifies.
+            p = max((j for j in range(n_cols) if kept[j]), key=lambda j: row[j].mid())
+            t = [(zero if j == p else row[j] - row[p]) if kept[j] else zero for j in range(n_cols)]
             ex = [t[j].exp() if kept[j] else zero for j in range(n_cols)]
             total = sum((ex[j] for j in range(n_cols) if kept[j]), zero)
             a = [ex[j] / total if kept[j] else zero for j in range(n_cols)]

@@ -5,9 +5,13 @@ base R or the Julia stdlib. Format 2: every expected output ``expected.<name>.np
 result correctly rounded to float64 and comes with ``bound.<name>.npy``, the per-element error
 bound a correct float64 implementation meets (``attention_ports.truth``). The manifest carries the
 case metadata, shapes, dtypes, the sha256 of every file, and how the truth was made (library,
-version, method, each case's working precision). Generation is a pure function of the catalogue:
-the same bytes on every machine and CPU (no NumPy floating point touches an expected value or a
-bound), every write is atomic (temp file + rename), and loading never unpickles.
+version, method, each case's working precision). A case flagged ``masked_query`` (a query whose
+mask removes every key: ``attention_ports.conventions``) also carries one full set of expected
+outputs per convention, ``expected.<name>.<convention>.npy`` and ``bound.<name>.<convention>.npy``
+where they differ from the default ``zeros`` files, listed under the case's ``masked_query``.
+Generation is a pure function of the catalogue: the same bytes on every machine and CPU (no NumPy
+floating point touches an expected value or a bound), every write is atomic (temp file + rename),
+and loading never unpickles.
 """
 
 from __future__ import annotations
@@ -18,13 +22,13 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from attention_ports import fixture_index, paths, truth, validate
+from attention_ports import conventions, fixture_index, paths, truth, validate
 from attention_ports.catalogue import CaseSpec, Catalogue, CatalogueError, build_inputs, load_catalogue
 
 FORMAT_VERSION = 2
@@ -56,7 +60,19 @@ class Case:
     flags: tuple[str, ...]
     options: dict[str, Any]
     inputs: dict[str, np.ndarray]
-    expected: dict[str, Expected]
+    expected: dict[str, Expected]  # the default convention's ("zeros")
+    # A case flagged masked_query: the query rows whose mask removes every key, and every
+    # convention's full set of expected outputs (conventions.CONVENTIONS; "zeros" is ``expected``).
+    dead_rows: tuple[int, ...] = ()
+    conventions: dict[str, dict[str, Expected]] = field(default_factory=dict)
+
+    def expected_for(self, convention: str | None) -> dict[str, Expected]:
+        """The outputs an implementation following ``convention`` must produce on this case."""
+        if convention is None or not self.conventions:
+            return self.expected
+        if convention not in self.conventions:
+            raise FixtureError(f"case {self.id!r} has no expected outputs for masked_query = {convention!r}")
+        return self.conventions[convention]
 
 
 # ---------------------------------------------------------------- writing
@@ -121,7 +137,10 @@ def render(
     jobs = [(spec.id, spec.op, ins, spec.options) for spec, ins in zip(catalogue.cases, inputs, strict=True)]
     truths = truth.compute_many(jobs, workers=workers, progress=progress)
     files: dict[str, bytes] = {}
-    cases = [_render_case(spec, ins, tr, files) for spec, ins, tr in zip(catalogue.cases, inputs, truths, strict=True)]
+    cases = [
+        _render_case(spec, ins, tr, _convention_truths(spec, ins, tr), files)
+        for spec, ins, tr in zip(catalogue.cases, inputs, truths, strict=True)
+    ]
     manifest = {
         "format_version": FORMAT_VERSION,
         "catalogue": {"file": CATALOGUE, "sha256": catalogue.sha256, "seed": catalogue.seed},
@@ -131,7 +150,41 @@ def render(
     return files, manifest
 
 
-def _render_case(spec: CaseSpec, inputs: dict[str, np.ndarray], tr: truth.Truth, files: dict[str, bytes]) -> dict:
+def _convention_truths(spec: CaseSpec, inputs: dict[str, np.ndarray], default: truth.Truth) -> dict[str, truth.Truth]:
+    """Every convention's truth for a case flagged masked_query (empty for the others).
+
+    The flag must say what the inputs do: a case with a fully masked query and no flag would judge
+    every port by the default convention silently; a flag without one would promise a choice that
+    does not exist.
+    """
+    dead = conventions.dead_rows(spec.op, inputs)
+    flagged = conventions.FLAG in spec.flags
+    if flagged and not dead:
+        where = "" if spec.op in conventions.ATTENTION_OPS else f" ({spec.op} has no masked-query convention)"
+        raise FixtureError(f"case {spec.id!r}: flagged {conventions.FLAG!r} but no query has every key masked{where}")
+    if dead and not flagged:
+        raise FixtureError(
+            f"case {spec.id!r}: queries {list(dead)} have every key masked: add the flag {conventions.FLAG!r} "
+            "(its expected outputs depend on the port's declared convention)"
+        )
+    if not dead:
+        return {}
+    out = {conventions.DEFAULT: default}
+    for conv in conventions.CONVENTIONS:
+        if conv != conventions.DEFAULT:
+            out[conv] = truth.compute_detailed(
+                spec.op, inputs, spec.options, masked_query=conv, label=f"{spec.id} [masked_query={conv}]"
+            )
+    return out
+
+
+def _render_case(
+    spec: CaseSpec,
+    inputs: dict[str, np.ndarray],
+    tr: truth.Truth,
+    conv_truths: dict[str, truth.Truth],
+    files: dict[str, bytes],
+) -> dict:
     if tuple(tr.outputs) != spec.outputs:
         raise FixtureError(
             f"case {spec.id!r}: the truth returned {sorted(tr.outputs)}, the operation declares {spec.outputs}"
@@ -170,7 +223,47 @@ def _render_case(spec: CaseSpec, inputs: dict[str, np.ndarray], tr: truth.Truth,
             "bound_file": brel,
             "bound_sha256": _sha256(bdata),
         }
+    if conv_truths:
+        entry["masked_query"] = _render_conventions(spec, inputs, entry["expected"], conv_truths, files)
     return entry
+
+
+def _render_conventions(
+    spec: CaseSpec,
+    inputs: dict[str, np.ndarray],
+    default: dict[str, Any],
+    conv_truths: dict[str, truth.Truth],
+    files: dict[str, bytes],
+) -> dict[str, Any]:
+    """The manifest's ``masked_query`` section: every convention's complete set of expected outputs.
+
+    An output a convention does not change (self-attention's q, k, v) names the default's files;
+    one it changes gets ``expected.<name>.<convention>.npy`` / ``bound.<name>.<convention>.npy``.
+    """
+    section: dict[str, Any] = {
+        "dead_rows": list(conventions.dead_rows(spec.op, inputs)),
+        "precision_bits": {conv: t.precision_bits for conv, t in conv_truths.items()},
+        "expected": {conventions.DEFAULT: default},
+    }
+    for conv, tr in conv_truths.items():
+        if conv == conventions.DEFAULT:
+            continue
+        metas = {}
+        for name, (expected, bound) in tr.outputs.items():
+            base = default[name]
+            data, bdata = npy_bytes(expected), npy_bytes(bound)
+            meta = dict(base)
+            if _sha256(data) != base["sha256"]:
+                rel = f"cases/{spec.id}/expected.{name}.{conv}.npy"
+                files[rel] = data
+                meta.update(file=rel, sha256=_sha256(data))
+            if _sha256(bdata) != base["bound_sha256"]:
+                brel = f"cases/{spec.id}/bound.{name}.{conv}.npy"
+                files[brel] = bdata
+                meta.update(bound_file=brel, bound_sha256=_sha256(bdata))
+            metas[name] = meta
+        section["expected"][conv] = metas
+    return section
 
 
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:
@@ -262,18 +355,19 @@ def load_array(fixtures_dir: Path, meta: dict[str, Any]) -> np.ndarray:
 def load_case(fixtures_dir: Path, entry: dict[str, Any]) -> Case:
     try:
         inputs = {name: load_array(fixtures_dir, meta) for name, meta in entry["inputs"].items()}
-        expected = {
-            name: Expected(load_array(fixtures_dir, meta), load_array(fixtures_dir, _bound_meta(meta)))
-            for name, meta in entry["expected"].items()
-        }
-        validate.check_bounds(
-            entry["id"],
-            {
-                name: (exp.array, exp.bound, fixtures_dir / entry["expected"][name]["bound_file"])
-                for name, exp in expected.items()
-            },
-            FixtureError,
-        )
+        expected = _load_expected(fixtures_dir, entry["expected"])
+        dead_rows, by_convention = _load_conventions(fixtures_dir, entry, expected)
+        for conv, outputs in {None: expected, **by_convention}.items():
+            own = conv in (None, conventions.DEFAULT)  # the fixtures' own files
+            metas = entry["expected"] if own else entry["masked_query"]["expected"][conv]
+            validate.check_bounds(
+                entry["id"],
+                {
+                    name: (exp.array, exp.bound, fixtures_dir / metas[name]["bound_file"])
+                    for name, exp in outputs.items()
+                },
+                FixtureError,
+            )
         return Case(
             id=entry["id"],
             op=entry["op"],
@@ -282,9 +376,44 @@ def load_case(fixtures_dir: Path, entry: dict[str, Any]) -> Case:
             options=dict(entry.get("options", {})),
             inputs=inputs,
             expected=expected,
+            dead_rows=dead_rows,
+            conventions=by_convention,
         )
     except KeyError as exc:
         raise FixtureError(f"manifest entry for case {entry.get('id', '?')!r} lacks field {exc}") from exc
+
+
+def _load_expected(fixtures_dir: Path, metas: dict[str, Any]) -> dict[str, Expected]:
+    return {
+        name: Expected(load_array(fixtures_dir, meta), load_array(fixtures_dir, _bound_meta(meta)))
+        for name, meta in metas.items()
+    }
+
+
+def _load_conventions(
+    fixtures_dir: Path, entry: dict[str, Any], expected: dict[str, Expected]
+) -> tuple[tuple[int, ...], dict[str, dict[str, Expected]]]:
+    """The ``masked_query`` section of a flagged case: dead rows and every convention's outputs."""
+    section = entry.get("masked_query")
+    flagged = conventions.FLAG in entry.get("flags", ())
+    where = f"manifest entry for case {entry.get('id', '?')!r}"
+    if section is None:
+        if flagged:
+            raise FixtureError(f"{where}: flagged {conventions.FLAG!r} but has no 'masked_query' section")
+        return (), {}
+    if not flagged:
+        raise FixtureError(f"{where}: has a 'masked_query' section but not the flag {conventions.FLAG!r}")
+    by_conv = section["expected"]
+    if sorted(by_conv) != sorted(conventions.CONVENTIONS):
+        raise FixtureError(
+            f"{where}: masked_query.expected lists {sorted(by_conv)}, needs {sorted(conventions.CONVENTIONS)}"
+        )
+    out = {}
+    for conv, metas in by_conv.items():
+        if sorted(metas) != sorted(expected):
+            raise FixtureError(f"{where}: masked_query.expected.{conv} lists {sorted(metas)}, needs {sorted(expected)}")
+        out[conv] = expected if conv == conventions.DEFAULT else _load_expected(fixtures_dir, metas)
+    return tuple(int(i) for i in section["dead_rows"]), out
 
 
 def _bound_meta(meta: dict[str, Any]) -> dict[str, Any]:
@@ -317,9 +446,16 @@ def check(fixtures_dir: Path, workers: int | None = None, progress: Progress | N
             return None
 
     for entry in manifest["cases"]:
-        metas = [*entry["inputs"].values()]
-        for meta in entry["expected"].values():
-            metas += [meta, _bound_meta(meta)]
+        metas = [*entry.get("inputs", {}).values()]
+        expected_metas = [*entry.get("expected", {}).values()]
+        for by_name in entry.get("masked_query", {}).get("expected", {}).values():
+            expected_metas.extend(m for m in by_name.values() if m not in expected_metas)
+        for meta in expected_metas:
+            metas.append(meta)
+            if "bound_file" in meta:
+                metas.append(_bound_meta(meta))
+            else:
+                problems.append(f"{fixtures_dir / meta['file']}: the manifest names no bound file")
         for meta in metas:
             listed.add(meta["file"])
             data = read(fixtures_dir / meta["file"])

@@ -46,10 +46,18 @@ class Implementation(abc.ABC):
 
     name: str
     # The convention for a query whose mask removes every key (ports/CONTRACT.md, "Declaring what a
-    # port offers"): "zeros", "nan" or "uniform". Ours and torch's are "zeros"; a port declares its own.
+    # port offers"): "zeros", "nan" or "uniform". The reference's is "zeros"; a port declares its own.
     masked_query: str = "zeros"
     # What the implementation printed during its last ``run`` (a port's captured stdout and stderr).
     last_output: str = ""
+
+    def masked_query_for(self, op: str) -> str:
+        """The convention this implementation follows for ``op``'s fully masked queries.
+
+        One for every operation (``masked_query``) unless an implementation's operations differ,
+        as torch's do (its SDPA gives zeros, its nn.MultiheadAttention NaN): it says so per operation.
+        """
+        return self.masked_query
 
     @abc.abstractmethod
     def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from attention_ports import diagnose, registry, supervisor
+from attention_ports import conventions, diagnose, registry, supervisor
 from attention_ports.compare import compare
-from attention_ports.fixtures import Case, FixtureError, iter_entries, load_case
+from attention_ports.fixtures import Case, Expected, FixtureError, iter_entries, load_case
 from attention_ports.impl import Implementation, ImplementationError, ImplementationUnavailable, OperationMissing
 from attention_ports.portview import PortView
 from attention_ports.supervisor import output_section
@@ -65,6 +65,7 @@ class OutputResult:
     reason: str = ""  # the case's reason and flags (the catalogue's), shown under a failure
     flags: tuple[str, ...] = ()
     arrays: FailedArrays | None = field(default=None, repr=False, compare=False)
+    masked_query: str | None = None  # the convention judged by, on a case flagged masked_query
 
     def as_json(self) -> dict[str, Any]:
         def num(x: float | None) -> float | str | None:
@@ -88,6 +89,7 @@ class OutputResult:
             "actual_shape": list(self.actual_shape) if self.actual_shape is not None else None,
             "reason": self.reason,
             "flags": list(self.flags),
+            "masked_query": self.masked_query,
         }
 
 
@@ -104,6 +106,11 @@ class CaseResult:
     @property
     def status(self) -> str:
         return max((o.status for o in self.outputs), key=SEVERITY.__getitem__, default="error")
+
+    @property
+    def masked_query(self) -> str | None:
+        """The convention this case was judged by (None: the case has no fully masked query)."""
+        return next((o.masked_query for o in self.outputs if o.masked_query), None)
 
     @property
     def max_abs_err(self) -> float | None:
@@ -197,7 +204,13 @@ def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult
         return every("error", f"case {case.id!r}: {impl_name} raised: {exc}")
     except Exception as exc:  # an adapter bug must not stop the run either
         return every("error", f"case {case.id!r}: {impl_name} adapter failed: {type(exc).__name__}: {exc}")
-    results = [judge_output(impl_name, case, name, actual, impl) for name in case.expected]
+    convention = masked_query_convention(case, impl)
+    results = [
+        judge_output(impl_name, case, name, exp, actual, impl, convention)
+        for name, exp in case.expected_for(convention).items()
+    ]
+    if convention is not None:
+        _explain_convention(impl_name, case, convention, actual, results)
     printed = output_section(impl.last_output)  # what a port printed helps read its wrong numbers
     if printed:
         for r in results:
@@ -207,16 +220,22 @@ def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult
 
 
 def judge_output(
-    impl_name: str, case: Case, name: str, returned: Mapping[str, np.ndarray], impl: Implementation
+    impl_name: str,
+    case: Case,
+    name: str,
+    exp: Expected,
+    returned: Mapping[str, np.ndarray],
+    impl: Implementation,
+    convention: str | None = None,
 ) -> OutputResult:
-    """One expected output against what the port returned (``returned``: every output it gave)."""
-    res = OutputResult(impl_name, case.id, name, "pass", reason=case.reason, flags=case.flags)
+    """One expected output against what the port returned (``returned``: every output it gave);
+    ``exp`` is the expected output under ``convention`` (None: the case has one set of outputs)."""
+    res = OutputResult(impl_name, case.id, name, "pass", reason=case.reason, flags=case.flags, masked_query=convention)
     if name not in returned:
         got = ", ".join(sorted(returned)) or "nothing"
         res.status = "missing"
         res.message = f"case {case.id!r}, output {name!r}: not returned (the port returned: {got})"
         return res
-    exp = case.expected[name]
     actual = np.asarray(returned[name])
     cmp = compare(exp.array, actual, exp.bound)
     res.expected_shape, res.actual_shape = cmp.expected_shape, cmp.actual_shape
@@ -232,13 +251,60 @@ def judge_output(
     res.status = "fail"
     view = impl.view(case.op, name) if hasattr(impl, "view") else None  # duck-typed implementations too
     res.message = cmp.describe(case.id, name, view)
-    masked_query = getattr(impl, "masked_query", "zeros")
+    masked_query = convention or declared_convention(impl, case.op)
     res.diagnosis = diagnose.explain(case, name, actual, view, masked_query, exp.array, exp.bound)
     if res.diagnosis:
         res.message += f"\n  diagnosis: {res.diagnosis}"
     if max(exp.array.size, actual.size) <= KEEP_ARRAYS_UP_TO:
         res.arrays = FailedArrays(exp.array, np.asarray(actual, dtype=np.float64), exp.bound, view)
     return res
+
+
+def declared_convention(impl: Implementation, op: str) -> str:
+    """The masked-query convention ``impl`` declares for ``op`` ('zeros' for duck-typed ones)."""
+    pick = getattr(impl, "masked_query_for", None)
+    return pick(op) if pick is not None else getattr(impl, "masked_query", "zeros")
+
+
+def masked_query_convention(case: Case, impl: Implementation) -> str | None:
+    """The convention ``impl`` is judged by on ``case``: its declared one where the case has a query
+    whose mask removes every key (flagged masked_query), else None (one set of expected outputs)."""
+    return declared_convention(impl, case.op) if case.conventions else None
+
+
+def _same(a: Expected, b: Expected) -> bool:
+    return np.array_equal(a.array, b.array, equal_nan=True) and np.array_equal(a.bound, b.bound)
+
+
+def _explain_convention(
+    impl_name: str, case: Case, convention: str, actual: dict[str, np.ndarray], results: list[OutputResult]
+) -> None:
+    """Say, on each failing output the convention decides, which convention was applied, and which
+    one the outputs follow instead when they agree with another everywhere."""
+    judged = case.expected_for(convention)
+    matches = [
+        other
+        for other in case.conventions
+        if other != convention
+        and all(
+            name in actual and compare(exp.array, actual[name], exp.bound).ok
+            for name, exp in case.expected_for(other).items()
+        )
+    ]
+    lines = [
+        f"  masked_query: queries {list(case.dead_rows)} have every key masked; {impl_name} is judged by its "
+        f"convention {convention!r} ({conventions.MEANING[convention]}; 'zeros' unless a port declares another)"
+    ]
+    if matches:
+        other = matches[0]
+        lines.append(
+            f"  the outputs follow the {other!r} convention instead ({conventions.MEANING[other]}): if that is "
+            f"the port's convention, declare it ({conventions.declaration_hint(other)})"
+        )
+    for r in results:
+        decided = any(not _same(judged[r.output], by[r.output]) for by in case.conventions.values())
+        if r.status == "fail" and decided and r.output in judged:
+            r.message += "\n" + "\n".join(lines)
 
 
 def select_entries(fixtures_dir: Path, case_globs: Iterable[str] = ()) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@ Attention goes through torch's own kernels, not a transcription of the reference
 ``F.scaled_dot_product_attention`` (its ``scale`` and ``attn_mask``) and ``nn.MultiheadAttention``
 loaded with the case's weights. SDPA does not return its weights, so they are obtained from the
 same kernel by attending over an identity value matrix (``weights @ I = weights``), which keeps
-torch's own masking semantics, fully masked rows included.
+torch's own masking semantics, fully masked rows included: their convention differs between the
+two kernels, and ``masked_query_for`` says which each follows (``MASKED_QUERY``).
 """
 
 from __future__ import annotations
@@ -45,8 +46,29 @@ def _linear(x: torch.Tensor, w: np.ndarray, b: np.ndarray | None) -> torch.Tenso
     return F.linear(x, _t(w).T, None if b is None else _t(b))
 
 
+def _version() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+# torch's own conventions for a query whose mask removes every key (attention_ports/conventions.py),
+# declared, never patched over: F.scaled_dot_product_attention gives it zero weights and output
+# since torch 2.5 (NaN before); nn.MultiheadAttention takes the softmax of an all -inf row itself and
+# returns NaN weights and a NaN output row. Its outputs are judged against what each implies.
+SDPA_MASKED_QUERY = "zeros" if _version() >= (2, 5) else "nan"
+MASKED_QUERY = {
+    "scaled_dot_product_attention": SDPA_MASKED_QUERY,
+    "self_attention": SDPA_MASKED_QUERY,
+    "multi_head_attention": "nan",
+}
+
+
 class TorchImplementation(Implementation):
     name = "torch"
+    masked_query = SDPA_MASKED_QUERY
+
+    def masked_query_for(self, op: str) -> str:
+        return MASKED_QUERY.get(op, self.masked_query)
 
     def __init__(self) -> None:
         # One intra-op thread (process-wide): the fixture cases are small, where torch's spinning
@@ -55,7 +77,10 @@ class TorchImplementation(Implementation):
         torch.set_num_threads(1)
 
     def describe(self) -> str:
-        return f"torch {torch.__version__} (float64, CPU)"
+        return (
+            f"torch {torch.__version__} (float64, CPU); masked_query = {SDPA_MASKED_QUERY} "
+            f"(scaled_dot_product_attention), {MASKED_QUERY['multi_head_attention']} (nn.MultiheadAttention)"
+        )
 
     def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
         handler = getattr(self, f"_op_{op}", None)

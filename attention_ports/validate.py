@@ -58,6 +58,7 @@ MAX_CATALOGUE_ELEMENTS = 1 << 24  # one generated input (128 MiB of float64)
 MAX_RELATIVE_BOUND = 2.0**-20  # bounds.MAX_FIRST_ORDER
 RESOLUTION = 2.0**-46  # bounds.RESOLUTION: the stored bound's resolution term
 UNDERFLOW = 2.0**-1000  # bounds.UNDERFLOW: the stored bound's underflow allowance
+CONVENTIONS = ("zeros", "nan", "uniform")  # conventions.CONVENTIONS (no import: validate stays a leaf)
 DTYPES = ("float64", "int64", "bool")  # what a fixture file may hold (fixtures.ALLOWED_DTYPES)
 # A path component: letters, digits, '_', '-', '.', not starting with '.' (so never '.' or '..').
 _COMPONENT = "[A-Za-z0-9_][A-Za-z0-9_.-]*"
@@ -143,6 +144,30 @@ MANIFEST_SCHEMA: dict[str, Any] = {
                         "propertyNames": {"pattern": _NAME},
                         "additionalProperties": _EXPECTED_META,
                     },
+                    # a case with a fully masked query: the expected outputs per convention
+                    # (attention_ports/conventions.py), its "zeros" ones the fixtures' own files
+                    "masked_query": {
+                        "type": "object",
+                        "required": ["dead_rows", "precision_bits", "expected"],
+                        "properties": {
+                            "dead_rows": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                            "precision_bits": {
+                                "type": "object",
+                                "propertyNames": {"enum": list(CONVENTIONS)},
+                                "additionalProperties": {"type": "integer", "minimum": 53},
+                            },
+                            "expected": {
+                                "type": "object",
+                                "propertyNames": {"enum": list(CONVENTIONS)},
+                                "additionalProperties": {
+                                    "type": "object",
+                                    "propertyNames": {"pattern": _NAME},
+                                    "additionalProperties": _EXPECTED_META,
+                                },
+                            },
+                        },
+                        "additionalProperties": False,
+                    },
                 },
                 "additionalProperties": False,
             },
@@ -162,6 +187,7 @@ _INPUT_MAKER = {
         "constant": _DIMS,
         "causal": {**_DIMS, "minItems": 2, "maxItems": 2},
         "padding": {**_DIMS, "minItems": 2, "maxItems": 2},
+        "diagonal": {"type": "integer"},  # with causal: keep key j for query i when j <= i + diagonal
         "sentence": {"type": "integer", "minimum": 0},
         "sentiment_dataset": {"enum": ["tokens", "lengths", "labels"]},
         "classifier_init": {"type": "string"},
@@ -392,15 +418,18 @@ def check_manifest(manifest: Any, path: Path, root: Path, error: Error) -> None:
         if case["id"] in seen:
             raise error(f"{where(['cases', i, 'id'])}: case id {case['id']!r} appears twice")
         seen.add(case["id"])
-        for kind in ("inputs", "expected"):
-            for name, meta in case[kind].items():
-                fields = ["file", "bound_file"] if kind == "expected" else ["file"]
+        groups: list[tuple[list[Any], dict[str, Any]]] = [(["cases", i, k], case[k]) for k in ("inputs", "expected")]
+        for conv, metas in case.get("masked_query", {}).get("expected", {}).items():
+            groups.append((["cases", i, "masked_query", "expected", conv], metas))
+        for at, metas in groups:
+            for name, meta in metas.items():
+                fields = ["file", "bound_file"] if "bound_file" in meta else ["file"]
                 for f in fields:
-                    resolve_inside(root, meta[f], error, where(["cases", i, kind, name, f]), real_dirs)
+                    resolve_inside(root, meta[f], error, where([*at, name, f]), real_dirs)
                 size = array_bytes(meta["shape"], meta["dtype"])
                 if size > MAX_ARRAY_BYTES:
                     raise error(
-                        f"{where(['cases', i, kind, name, 'shape'])}: {meta['shape']} of {meta['dtype']} is "
+                        f"{where([*at, name, 'shape'])}: {meta['shape']} of {meta['dtype']} is "
                         f"{size} bytes, more than the {MAX_ARRAY_BYTES} a fixture array may have"
                     )
 

@@ -161,6 +161,10 @@ def multi_head_attention(
     All four projections are d_model x d_model; head i uses the contiguous block of columns
     ``i*d_head:(i+1)*d_head`` of the projected features, with scale 1/sqrt(d_head). Head
     outputs are concatenated in head order and projected by ``w_o`` (+ ``b_o``).
+
+    A query whose mask removes every key gets zero weights in every head, so its concatenated head
+    outputs are zero and its output row is ``b_o`` (zero without ``b_o``): the "zeros" convention
+    (ports/CONTRACT.md; torch's ``nn.MultiheadAttention`` gives NaN there instead).
     """
     query = as_float_matrix(query, "query")
     key = as_float_matrix(key, "key")

@@ -13,11 +13,21 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from attention_ports.pytest_plugin import require
+from attention_ports.runner import in_ci
 from tests import wheel_env
 
 __all__ = ["require"]
+
+# Property tests: under CI=true derandomized (the same examples every run) with no example database;
+# locally hypothesis's defaults (fresh examples each run, failures remembered in .hypothesis/).
+# The generated fixture-style cases (tests/test_random_cases.py) have their own seed and count:
+# attention_ports/generated.py, profile().
+settings.register_profile("ci", derandomize=True, database=None, deadline=None)
+settings.register_profile("dev", deadline=None)
+settings.load_profile("ci" if in_ci() else "dev")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -42,7 +42,9 @@ def test_verify_reference_passes_and_writes_the_json_report(tmp_path: Path, caps
         "actual_shape",
         "reason",
         "flags",
+        "masked_query",  # the convention judged by; None: no query of these cases is fully masked
     }
+    assert {r["masked_query"] for r in doc["results"]} == {None}
     assert set(doc) == {"version", "interrupted", "meta", "results", "summary", "agreement"}
     assert all(0 <= r["err_over_bound"] <= 1 for r in doc["results"])
     assert {r["case"] for r in doc["results"]} == {

@@ -21,7 +21,6 @@ and fails under CI=true.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -33,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attention_ports import cli, fixture_index, mutation, truth
-from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case, manifest_bytes, npy_bytes, read_manifest
+from attention_ports import cli, fixture_index, mutation
+from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case, manifest_bytes, read_manifest
 from tests.conftest import require
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -256,47 +255,40 @@ def _reindex(root: Path) -> None:
     files = {
         meta[key]: (root / meta[key]).read_bytes()
         for entry in manifest["cases"]
-        for meta in [*entry["inputs"].values(), *entry["expected"].values()]
+        for metas in [
+            entry["inputs"],
+            entry["expected"],
+            *entry.get("masked_query", {}).get("expected", {}).values(),
+        ]
+        for meta in metas.values()
         for key in ("file", "bound_file")
         if key in meta
     }
-    for entry in manifest["cases"]:  # per-convention files listed by the test
-        for meta in entry["expected"].values():
-            for conv in meta.get("conventions", {}).values():
-                for key in ("file", "bound_file"):
-                    files[conv[key]] = (root / conv[key]).read_bytes()
     (root / fixture_index.INDEX).write_bytes(fixture_index.render(manifest, manifest_bytes(manifest), files))
 
 
 MASKED = ("sdpa_fully_masked_row", "sdpa_all_masked")
 
 
-def _add_nan_convention(root: Path, case_id: str) -> None:
-    """expected/bound.<name>.nan.npy for one case, listed in the manifest, and the index remade."""
+def _drop_conventions(root: Path, case_id: str) -> None:
+    """One case's per-convention files taken out of the manifest (as in fixtures made before
+    conventions existed), and the index remade: only the fixtures' own (zeros) files remain."""
     manifest = read_manifest(root)
     entry = next(e for e in manifest["cases"] if e["id"] == case_id)
-    case = load_case(root, entry)
-    for name, (expected, bound) in truth.compute(case.op, case.inputs, case.options, masked_query="nan").items():
-        assert np.isnan(expected).any()  # the convention really differs here
-        conv = {}
-        for kind, array, key in (("expected", expected, "file"), ("bound", bound, "bound_file")):
-            conv[key] = f"cases/{case.id}/{kind}.{name}.nan.npy"
-            (root / conv[key]).write_bytes(npy_bytes(array))
-            conv["sha256" if key == "file" else "bound_sha256"] = hashlib.sha256(npy_bytes(array)).hexdigest()
-        entry["expected"][name]["conventions"] = {"nan": conv}
+    del entry["masked_query"]
     (root / "manifest.json").write_bytes(manifest_bytes(manifest))
     _reindex(root)
 
 
 @pytest.mark.parametrize("lang", ["r", "julia"])
 def test_a_declared_convention_is_judged_by_its_own_expected_files(lang: str, fixtures_copy: Path, tmp_path) -> None:
-    # declared_attention_only declares masked_query = "nan" (NaN rows where every key is masked),
-    # so it fails both fully masked cases against the fixtures' own zeros (the equality test above
-    # agrees with verify there, for R). Given expected.<name>.nan.npy for one of them, it passes
-    # that one and still fails the other, judged by the zeros files; softmax it does not declare.
+    # declared_attention_only declares masked_query = "nan" (NaN rows where every key is masked).
+    # With the shipped expected.<name>.nan.npy it passes a fully masked case; where the manifest
+    # lists no convention files it is judged by the fixtures' own (zeros) and fails; softmax it
+    # does not declare.
     ext = {"r": "R", "julia": "jl"}[lang]
     with_nan, without = MASKED
-    _add_nan_convention(fixtures_copy, with_nan)
+    _drop_conventions(fixtures_copy, without)
     out = tmp_path / "out.json"
     cases = ("--case", with_nan, "--case", without, "--case", "softmax_ties")
     proc = subprocess.run(

@@ -229,3 +229,27 @@ def test_the_bugs_differ_in_what_they_break(facts: list[Facts]) -> None:
     forward_cases = {c.id for c in facts if c.op == "classifier_forward"}
     assert not {case for case, _ in backward} & forward_cases  # the backward bug never shows in a forward
     assert any(o == "grads.b_k" for _, o in backward) and not any(o == "grads.b_k" for _, o in scale)
+
+
+SOFTMAX_CASES = [e["id"] for e in select_entries(REPO_FIXTURES) if e["op"] == "softmax"]
+
+
+def test_the_seeds_whole_array_softmax_is_not_taken_for_the_contracts(tmp_path: Path, julia_available: None) -> None:
+    """Issue 9, item 5: the seed's `softmax` helper normalises the whole array. Declared (the ports
+    list only the classifier operations), every softmax case is `missing`, not failed; without the
+    declaration the same file fails every softmax case with more than one query (a false alarm)."""
+    declared = BAD_PORTS / "seed003_scale_bug.jl"
+    got = run_suite(REPO_FIXTURES, ["julia"], {"julia": declared}, SOFTMAX_CASES, required={"julia"}, progress=None)
+    assert {r.case: r.status for r in got} == dict.fromkeys(SOFTMAX_CASES, "missing")
+    undeclared = tmp_path / declared.name
+    text = declared.read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("const attention_ports"))
+    undeclared.write_text(text.replace(line, ""))
+    got = run_suite(REPO_FIXTURES, ["julia"], {"julia": undeclared}, SOFTMAX_CASES, required={"julia"}, progress=None)
+    one_query = {
+        i
+        for i in SOFTMAX_CASES
+        if load_case(REPO_FIXTURES, select_entries(REPO_FIXTURES, [i])[0]).inputs["x"].shape[0] == 1
+    }
+    assert one_query and len(one_query) < len(SOFTMAX_CASES)
+    assert {r.case: r.status for r in got} == {i: "pass" if i in one_query else "fail" for i in SOFTMAX_CASES}

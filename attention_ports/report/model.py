@@ -23,6 +23,12 @@ from attention_ports.compare import agree
 from attention_ports.runner import FAILING, CaseResult, OutputResult
 
 STATUSES = ("pass", "fail", "error", "missing", "unavailable")
+# A case with a fully masked query is judged by the implementation's convention: its cell says which.
+CONVENTION_MARK = {"zeros": "0", "nan": "NaN", "uniform": "1/n"}
+CONVENTION_LEGEND = (
+    "pass:0, pass:NaN, pass:1/n (FAIL: likewise): a case with a query whose mask removes every key, judged by "
+    "the implementation's masked_query convention zeros, nan or uniform (ports/CONTRACT.md)"
+)
 
 
 def failing_statuses(strict: bool = False) -> set[str]:
@@ -182,7 +188,10 @@ def cell_numbers(r: CaseResult) -> dict[str, str]:
         errb = "-"
     bad = "-" if r.mismatches is None else str(r.mismatches)
     ulps = fmt_ulps(r.max_ulp_err) if r.status == "pass" else "-"
-    return {"status": display_status(r.status), "err/bnd": errb, "bad": bad, "ulps": ulps}
+    status = display_status(r.status)
+    if r.masked_query is not None:  # judged by the port's masked-query convention: say which
+        status += f":{CONVENTION_MARK[r.masked_query]}"
+    return {"status": status, "err/bnd": errb, "bad": bad, "ulps": ulps}
 
 
 def fmt_frac(x: float | None) -> str:

@@ -9,7 +9,7 @@ cell can show a small number as its headline (model.cell_numbers).
 
 from __future__ import annotations
 
-from attention_ports.report.model import Report, cell_numbers, fmt_frac, fmt_ulps
+from attention_ports.report.model import CONVENTION_LEGEND, Report, cell_numbers, fmt_frac, fmt_ulps
 
 _WIDTHS = {"status": 8, "err/bnd": 8, "bad": 6, "ulps": 6}
 _CELL = " ".join(f"{k:<{w}}" if k == "status" else f"{k:>{w}}" for k, w in _WIDTHS.items())
@@ -31,6 +31,8 @@ def table(report: Report) -> str:
             r = report.cell(impl, case)
             row += f"  {'' if r is None else _cell(cell_numbers(r)):<{col_w}}"
         lines.append(row.rstrip())
+    if any(r.masked_query for r in report.results):
+        lines.append(CONVENTION_LEGEND)
     return "\n".join(lines)
 
 

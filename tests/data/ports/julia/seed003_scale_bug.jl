@@ -21,6 +21,11 @@
 # `0:(n-1)`. The epoch loss is the mean over the sentences trained (the seed divides its sum by
 # every row of the CSV, the empty one included).
 
+# Added for the port contract (ports/CONTRACT.md, "Declaring what a port offers"): the seed's
+# `softmax` below normalises the WHOLE array (its attention applies it to one query's scores), so it
+# is not the contract's column-wise softmax; declared, only the classifier operations are called.
+const attention_ports = (operations = ["classifier_forward", "classifier_step", "classifier_train"],)
+
 # Softmax function
 function softmax(x)
     x = x .- maximum(x)
