@@ -48,6 +48,10 @@ class Implementation(abc.ABC):
     masked_query: str = "zeros"
     # What the implementation printed during its last ``run`` (a port's captured stdout and stderr).
     last_output: str = ""
+    # Seconds the port's own function took in its last successful ``run``, timed inside its worker
+    # (protocol reply 'T'); None for in-process implementations and when not reported. What
+    # `attention-ports bench` calls compute; the rest of a call is the transport's.
+    last_seconds: float | None = None
 
     @abc.abstractmethod
     def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:

@@ -21,6 +21,8 @@ Bodies (``str`` is u32 byte count + UTF-8; counts are u32):
     reply   := 'H' str description, str notes, value declaration   started; port loaded
              | 'L' str message                                      the port cannot be loaded
              | 'R' str notes, u32 n, n x (str name, array)          results ("" = a bare array)
+             | 'T' f64 seconds, then as 'R'                         results, with the seconds the
+                                                                    port's own call took in the worker
              | 'M' str message                                      the port lacks op
              | 'E' str message                                      the call raised
     value   := 'N' | 'B' u8 | 'I' i64 | 'F' f64 | 'S' str
@@ -32,6 +34,9 @@ Bodies (``str`` is u32 byte count + UTF-8; counts are u32):
              | 'X' str type                          (a value with no wire form; declarations only)
 
 ``notes`` are R warnings (load-time in 'H', per call in 'R'), one per line; Julia sends "".
+``seconds`` ('T', what both our workers send) is the wall time of the port's function alone,
+measured around it in the worker: ``attention-ports bench`` subtracts it from the round trip to
+get the transport's overhead. A negative, infinite or NaN value is a malformed reply.
 ``declaration`` is the port's optional ``attention_ports`` object as the worker found it ('N'
 when absent); :mod:`attention_ports.declaration` validates it. Arrays are column-major, the order
 of both Julia and R: a C-order NumPy array of shape (a, b) is, byte for byte, the column-major
@@ -43,6 +48,7 @@ against what is left of the body.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from collections.abc import Iterable, Sequence
@@ -181,8 +187,10 @@ def reply_load_error(message: str) -> list[Part]:
     return [b"L" + _str(message)]
 
 
-def reply_results(notes: str, results: Sequence[tuple[str, np.ndarray]]) -> list[Part]:
-    out: list[Part] = [b"R" + _str(notes) + _U32.pack(len(results))]
+def reply_results(notes: str, results: Sequence[tuple[str, np.ndarray]], seconds: float | None = None) -> list[Part]:
+    """'R', or 'T' with the port's own seconds when given."""
+    head = b"R" if seconds is None else b"T" + _F64.pack(seconds)
+    out: list[Part] = [head + _str(notes) + _U32.pack(len(results))]
     for name, array in results:
         out.append(_str(name))
         encode_value(out, array)
@@ -289,6 +297,7 @@ class Reply:
     notes: str = ""  # H, R
     results: dict[str, np.ndarray] = field(default_factory=dict)  # R
     declaration: Any = None  # H
+    seconds: float | None = None  # R sent as 'T': the port's own time in the worker
 
 
 def decode_reply(body: bytes | bytearray | memoryview | np.ndarray) -> Reply:
@@ -298,8 +307,13 @@ def decode_reply(body: bytes | bytearray | memoryview | np.ndarray) -> Reply:
         reply = Reply("H", message=r.str(), notes=r.str(), declaration=r.value())
     elif kind in (b"L", b"M", b"E"):
         reply = Reply(kind.decode(), message=r.str())
-    elif kind == b"R":
-        reply = Reply("R", notes=r.str())
+    elif kind in (b"R", b"T"):
+        seconds = None
+        if kind == b"T":
+            seconds = r.unpack(_F64)
+            if not 0.0 <= seconds < math.inf:
+                raise ProtocolError(f"a call that took {seconds!r} seconds")
+        reply = Reply("R", notes=r.str(), seconds=seconds)
         for _ in range(r.u32()):
             name = r.str()
             tag = r.byte()

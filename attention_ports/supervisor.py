@@ -136,6 +136,7 @@ class Results:
     arrays: dict[str, np.ndarray]
     notes: str  # R warnings, one per line
     output: str  # what the port printed during the call
+    seconds: float | None = None  # the port's own call, timed in the worker (None: not reported)
 
 
 # --- the child's side -------------------------------------------------------------------------------
@@ -617,7 +618,7 @@ class Supervisor:
             proc.output.drain()
             self.last_output = proc.output.since(mark)
             if reply.kind == "R":
-                return Results(reply.results, reply.notes, self.last_output)
+                return Results(reply.results, reply.notes, self.last_output, reply.seconds)
             if reply.kind == "M":
                 raise OperationMissing(reply.message)
             if reply.kind == "E":

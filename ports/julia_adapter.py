@@ -212,7 +212,9 @@ class JuliaImplementation(Implementation):
     """A Julia port run through the transport chosen by ``ATTENTION_PORTS_JULIA_TRANSPORT``.
 
     ``timeout``, ``compile_allowance``, ``startup_timeout`` (seconds) and ``give_up_after`` (calls)
-    override the worker transport's settings (ports/julia_worker.py; the environment otherwise).
+    override the worker transport's settings (ports/julia_worker.py; the environment otherwise);
+    ``sysimage`` ("auto", "stock" or an image's path) and ``julia_flags`` (added to julia's command
+    line) are the worker's too (the system image build uses them: scripts/build_julia_sysimage.py).
     """
 
     name = "julia"
@@ -226,6 +228,8 @@ class JuliaImplementation(Implementation):
         compile_allowance: float | None = None,
         startup_timeout: float | None = None,
         give_up_after: int | None = None,
+        sysimage: str | Path = "auto",
+        julia_flags: tuple[str, ...] = (),
     ):
         self.port = Path(port).resolve() if port is not None else PORT
         if not (self.port.is_file() or self.port.is_dir()):
@@ -243,7 +247,13 @@ class JuliaImplementation(Implementation):
                 give_up_after=give_up_after,
             )
             self._transport = julia_worker.WorkerTransport(
-                find_julia(), WORKER, self.port, limits=limits, on_hello=self._read_declaration
+                find_julia(),
+                WORKER,
+                self.port,
+                limits=limits,
+                on_hello=self._read_declaration,
+                sysimage=sysimage,
+                extra_flags=julia_flags,
             )
         elif kind == "juliacall":
             from ports.julia_juliacall import JuliacallTransport
@@ -290,6 +300,7 @@ class JuliaImplementation(Implementation):
             raise ImplementationError(
                 f"{op} is declared in attention_ports.operations of {self.port} but the port defines no {op}"
             ) from None
+        self.last_seconds = results.seconds
         return unpack_results(spec, results.arrays)
 
     def describe(self) -> str:
