@@ -51,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", type=Path, default=None, help="write the machine-readable report here")
     v.add_argument("--strict", action="store_true", help="missing operations fail too")
     v.add_argument("--quiet", action="store_true", help="no table, only failures and the summary")
+    v.add_argument(
+        "--tier",
+        choices=["catalogue", "scale"],
+        default="catalogue",
+        help="catalogue: the fixtures (default); scale: L = 1024, 4096, 16384 at run time (fixtures/scale.toml, slow)",
+    )
+    v.add_argument("--no-cache", action="store_true", help="scale tier: recompute the exact truth of the sampled rows")
 
     d = sub.add_parser("doctor", help="show which runtimes are available and the command that gets each missing one")
     d.add_argument(
@@ -151,6 +158,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    if args.tier == "scale":
+        from attention_ports import scale
+
+        return scale.main(args)
     ports = dict(args.port)
     impls = args.impl or (list(dict.fromkeys([*DEFAULT_IMPLS])) if not ports else list(ports))
     for name in ports:
