@@ -375,6 +375,53 @@ def _mib(b: int | None) -> str:
     return "-" if not b else f"{b / 2**20:.0f}"
 
 
+# The goals of issue 13 that `bench` measures (2 cores; ratios within one run).
+GOALS = {
+    "julia_cold_verify_s": 2.5,  # `verify --impl julia`, cold
+    "sdpa_4096_ratio_to_numpy": 1.5,  # each port's compute
+    "small_call_ratio_to_raw_pipe": 1.2,  # transport overhead of the smallest payload
+    "4mib_ratio_to_raw_pipe": 1.5,  # transport overhead of 4 MiB each way
+}
+
+
+def goals(doc: dict) -> list[tuple[str, float, float | None]]:
+    """(what, goal, measured) for each goal the run measured."""
+    out: list[tuple[str, float, float | None]] = []
+    by = {r["implementation"]: r for r in doc["implementations"] if "error" not in r and "unavailable" not in r}
+    if "julia" in by:
+        out.append(
+            ("julia: cold `verify --impl julia`, s", GOALS["julia_cold_verify_s"], by["julia"].get("cold_verify_s"))
+        )
+    for name, r in by.items():
+        if name == "reference":
+            continue
+        for p in r.get("compute", []):
+            if p["op"] == "scaled_dot_product_attention" and p["L"] == 4096:
+                out.append(
+                    (f"{name}: SDPA L=4096 compute / NumPy", GOALS["sdpa_4096_ratio_to_numpy"], p["ratio_to_numpy"])
+                )
+        points = r.get("transport", [])
+        if points:
+            small = min(points, key=lambda p: p["payload_bytes"])
+            out.append(
+                (
+                    f"{name}: transport of a small call / raw pipe",
+                    GOALS["small_call_ratio_to_raw_pipe"],
+                    small["ratio_to_raw_pipe"],
+                )
+            )
+            big = [p for p in points if p["payload_bytes"] == 4 << 20]
+            if big:
+                out.append(
+                    (
+                        f"{name}: transport of 4 MiB each way / raw pipe",
+                        GOALS["4mib_ratio_to_raw_pipe"],
+                        big[0]["ratio_to_raw_pipe"],
+                    )
+                )
+    return out
+
+
 def table(doc: dict) -> str:
     m = doc["machine"]
     load = ", ".join(f"{x:.1f}" for x in m["load_average"])
@@ -413,6 +460,7 @@ def table(doc: dict) -> str:
                 row += cell + " |"
             lines.append(row)
     wired = [r for r in impls if "transport" in r]
+    met = goals(doc)
     if wired:
         lines += ["", "transport of softmax payloads: overhead us (ratio to a raw pipe of the same bytes)", ""]
         lines += ["| payload each way |" + "".join(f" {r['implementation']} |" for r in wired) + " raw pipe us |"]
@@ -423,6 +471,12 @@ def table(doc: dict) -> str:
                 q = r["transport"][i]
                 row += f" {_us(q['transport_s'])} ({q['ratio_to_raw_pipe']:.2f}x) |"
             lines.append(row + f" {_us(p['raw_pipe_s'])} |")
+    if met:
+        lines += ["", "goals (issue 13): measured, goal", ""]
+        for what, goal, value in met:
+            verdict = "not measured" if value is None else ("met" if value <= goal else "MISSED")
+            shown = "-" if value is None else f"{value:.2f}"
+            lines.append(f"- {what}: {shown} (goal <= {goal}): {verdict}")
     return "\n".join(lines)
 
 

@@ -203,7 +203,8 @@ def prepare_truth(
 ) -> dict[str, float]:
     """Every case's sampled-row truth into the cache; {case: seconds spent computing it}."""
     seconds: dict[str, float] = {}
-    todo = [c.id for c in cases]
+    # the longest first (cost ~ L x heads), so that two workers finish together
+    todo = [c.id for c in sorted(cases, key=lambda c: -length(c) * int(c.options.get("num_heads") or 1))]
     with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=get_context("spawn")) as pool:
         futures = [pool.submit(_truth_job, cid, str(catalogue), use_cache, n_rows) for cid in todo]
         for fut in as_completed(futures):
