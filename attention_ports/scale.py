@@ -234,7 +234,6 @@ class Run:
     calls: int = 0
     full: dict[str, np.ndarray] = field(default_factory=dict)  # O(L d) outputs, every row
     rows: dict[str, np.ndarray] = field(default_factory=dict)  # every output on the sampled rows
-    weight_rows: np.ndarray | None = None  # the weights on the rows with exact weights
     peak_rss: int | None = None  # the process that ran the call (this one, for in-process ones)
     worker_peak_rss: int | None = None
 
@@ -314,23 +313,34 @@ def run_case(name: str, impl: Any, case: CaseSpec, inputs: Mapping[str, np.ndarr
         local = [r - block.start for r in range(block.start, block.stop) if r in wanted]
         for out_name, arr in out.items():
             arr = np.asarray(arr)
-            if out_name in FULL_OUTPUTS[case.op] and case.op == "self_attention" and out_name in ("k", "v"):
-                parts.setdefault(out_name, []).append(np.array(arr))
-                continue  # every row is a token of the whole call: taken out below
             if out_name in FULL_OUTPUTS[case.op]:
                 parts.setdefault(out_name, []).append(np.array(arr))
+            if case.op == "self_attention" and out_name in ("k", "v"):
+                continue  # a whole call's tokens: their sampled rows are taken below
             axis = 1 if (case.op == "multi_head_attention" and out_name == "weights") else 0
+            if arr.ndim <= axis or arr.shape[axis] != block.stop - block.start:
+                run.status = "error"
+                run.message = f"{name} returned {out_name} of shape {arr.shape} for {block.stop - block.start} queries"
+                return run
             row_parts.setdefault(out_name, []).append(np.take(arr, local, axis=axis))
         del out
     run.port_seconds = port_seconds if impl.last_seconds is not None else None
     for out_name, pieces in parts.items():
-        run.full[out_name] = np.concatenate(pieces, axis=0) if len(pieces) > 1 else pieces[0]
+        try:
+            run.full[out_name] = np.concatenate(pieces, axis=0) if len(pieces) > 1 else pieces[0]
+        except ValueError as exc:  # blocks of different widths: the comparison cannot use them
+            run.status, run.message = "error", f"{name} returned {out_name} blocks that do not fit together: {exc}"
+            return run
     for out_name, pieces in row_parts.items():
         axis = 1 if (case.op == "multi_head_attention" and out_name == "weights") else 0
         run.rows[out_name] = np.concatenate(pieces, axis=axis) if len(pieces) > 1 else pieces[0]
     if case.op == "self_attention":
         for out_name in ("k", "v"):
             if out_name in run.full:
+                if run.full[out_name].ndim < 1 or run.full[out_name].shape[0] != n:
+                    run.status = "error"
+                    run.message = f"{name} returned {out_name} of shape {run.full[out_name].shape} for {n} tokens"
+                    return run
                 run.rows[out_name] = run.full[out_name][rows]
     run.peak_rss = peak_rss()
     run.worker_peak_rss = peak_rss(pid) if pid else None
