@@ -154,6 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --random: operations to draw (repeatable; default: every one but classifier_train)",
     )
     v.add_argument("--dump", type=Path, default=None, help="with --random: write a failing case as fixtures here")
+    v.add_argument(
+        "--tier",
+        choices=["catalogue", "scale"],
+        default="catalogue",
+        help="catalogue: the fixtures (default); scale: L = 1024, 4096, 16384 at run time (fixtures/scale.toml, slow)",
+    )
+    v.add_argument("--no-cache", action="store_true", help="scale tier: recompute the exact truth of the sampled rows")
 
     d = sub.add_parser("doctor", help="show which runtimes are available and the command that gets each missing one")
     d.add_argument(
@@ -170,11 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("language", choices=skeleton.LANGUAGES)
     i.add_argument("path", type=Path, help="the new file (.R for r, .jl for julia); never overwritten")
 
-    b = sub.add_parser("bench", help="time each implementation over the cases (cold start and warm)")
-    b.add_argument("--impl", action="append", choices=DEFAULT_IMPLS)
-    b.add_argument("--case", action="append", default=[])
-    b.add_argument("--dir", type=Path, default=REPO_FIXTURES)
-    b.add_argument("--repeat", type=int, default=3, help="warm passes after the cold one")
+    b = sub.add_parser(
+        "bench",
+        help="compute time against NumPy, transport against a raw pipe, cold start and peak memory (ratios in one run)",
+    )
+    b.add_argument("--impl", action="append", choices=DEFAULT_IMPLS, help="implementation (repeatable; default: all)")
+    b.add_argument("--repeats", type=int, default=5, help="measurements per point; the best is kept (default 5)")
+    b.add_argument("--json", type=Path, default=None, help="write the machine-readable results here")
+    b.add_argument("--no-verify", action="store_true", help="skip the cold `verify` runs (faster)")
 
     cov = sub.add_parser("coverage", help="print the coverage matrix (operation x option/regime -> cases) as markdown")
     cov.add_argument("--catalogue", type=Path, default=REPO_FIXTURES / "catalogue.toml")
@@ -239,7 +249,15 @@ def report_targets(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    if args.random is not None or args.seed is not None or args.op or args.dump is not None:
+    random = args.random is not None or args.seed is not None or args.op or args.dump is not None
+    if args.tier == "scale":
+        if random:
+            print("attention-ports verify: --tier scale and --random are two different runs", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        from attention_ports import scale
+
+        return scale.main(args)
+    if random:
         return cmd_verify_random(args)
     targets = report_targets(args)
     fixtures_dir = args.dir.resolve()  # as given, before anything can change the directory
@@ -374,33 +392,21 @@ def _random_progress(impl: str, done: int, total: int) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    impls = args.impl or DEFAULT_IMPLS
-    print(f"{'implementation':<12} {'cases':>5} {'cold s':>8} {'warm s':>8} {'per case ms':>12}")
-    for name in impls:
-        t0 = time.perf_counter()
-        cold = run_suite(args.dir, [name], case_globs=args.case, progress=None)
-        cold_s = time.perf_counter() - t0
-        if any(r.status == "unavailable" for r in cold):
-            print(f"{name:<12} unavailable")
-            continue
-        warm = []
-        impl = registry.create(name)
-        try:
-            from attention_ports.fixtures import load_case
-            from attention_ports.runner import select_entries
+    import json
 
-            cases = [load_case(args.dir, e) for e in select_entries(args.dir, args.case)]
-            impl.run(cases[0].op, cases[0].inputs, cases[0].options)  # start and compile outside the clock
-            for _ in range(max(args.repeat, 1)):
-                t = time.perf_counter()
-                for case in cases:
-                    impl.run(case.op, case.inputs, case.options)
-                warm.append(time.perf_counter() - t)
-        finally:
-            impl.close()
-        best = min(warm)
-        print(f"{name:<12} {len(cases):>5} {cold_s:>8.2f} {best:>8.2f} {1000 * best / len(cases):>12.2f}")
-    return 0
+    from attention_ports import bench
+    from attention_ports.fixtures import atomic_write
+
+    if args.repeats < 1:
+        print("attention-ports bench: --repeats must be at least 1", file=sys.stderr)
+        return 2
+    options = bench.Options(impls=args.impl or DEFAULT_IMPLS, repeats=args.repeats, verify=not args.no_verify)
+    doc = bench.run(options, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    print(bench.table(doc))
+    if args.json:
+        atomic_write(args.json, (json.dumps(doc, indent=1) + "\n").encode())
+    failed = [r["implementation"] for r in doc["implementations"] if "error" in r]
+    return 3 if failed else 0
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:

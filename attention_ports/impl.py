@@ -50,6 +50,10 @@ class Implementation(abc.ABC):
     masked_query: str = "zeros"
     # What the implementation printed during its last ``run`` (a port's captured stdout and stderr).
     last_output: str = ""
+    # Seconds the port's own function took in its last successful ``run``, timed inside its worker
+    # (protocol reply 'T'); None for in-process implementations and when not reported. What
+    # `attention-ports bench` calls compute; the rest of a call is the transport's.
+    last_seconds: float | None = None
 
     def masked_query_for(self, op: str) -> str:
         """The convention this implementation follows for ``op``'s fully masked queries.

@@ -21,6 +21,8 @@ Bodies (``str`` is u32 byte count + UTF-8; counts are u32):
     reply   := 'H' str description, str notes, value declaration   started; port loaded
              | 'L' str message                                      the port cannot be loaded
              | 'R' str notes, u32 n, n x (str name, array)          results ("" = a bare array)
+             | 'T' f64 seconds, then as 'R'                         results, with the seconds the
+                                                                    port's own call took in the worker
              | 'M' str message                                      the port lacks op
              | 'E' str message                                      the call raised
     value   := 'N' | 'B' u8 | 'I' i64 | 'F' f64 | 'S' str
@@ -32,6 +34,9 @@ Bodies (``str`` is u32 byte count + UTF-8; counts are u32):
              | 'X' str type                          (a value with no wire form; declarations only)
 
 ``notes`` are R warnings (load-time in 'H', per call in 'R'), one per line; Julia sends "".
+``seconds`` ('T', what both our workers send) is the wall time of the port's function alone,
+measured around it in the worker: ``attention-ports bench`` subtracts it from the round trip to
+get the transport's overhead. A negative, infinite or NaN value is a malformed reply.
 ``declaration`` is the port's optional ``attention_ports`` object as the worker found it ('N'
 when absent); :mod:`attention_ports.declaration` validates it. Arrays are column-major, the order
 of both Julia and R: a C-order NumPy array of shape (a, b) is, byte for byte, the column-major
@@ -43,6 +48,7 @@ against what is left of the body.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from collections.abc import Iterable, Sequence
@@ -60,10 +66,19 @@ MAX_NDIM = 32
 MAX_TEXT = 1 << 20  # characters of a message kept; a port's error text longer than this is cut
 
 _U8, _U32, _I64, _F64 = struct.Struct("<B"), struct.Struct("<I"), struct.Struct("<q"), struct.Struct("<d")
-_ARRAY_TAGS = {b"A": np.dtype("<f8"), b"Z": np.dtype("<i8"), b"K": np.dtype("u1")}
+_LE_F8, _LE_I8, _U1 = np.dtype("<f8"), np.dtype("<i8"), np.dtype("u1")
+_ARRAY_TAGS = {b"A": _LE_F8, b"Z": _LE_I8, b"K": _U1}
+_BYTES = [bytes([i]) for i in range(256)]
+_DIMS = [struct.Struct(f"<B{n}q") for n in range(MAX_NDIM + 1)]  # ndim, then the dims
+_SHAPES = [struct.Struct(f"<{n}q") for n in range(MAX_NDIM + 1)]
+
+
+def _dims(ndim: int) -> struct.Struct:
+    return _DIMS[ndim]
+
 
 # A buffer the writer sends as it is (bytes, or a memoryview of an array's memory: no copy).
-Part = bytes | memoryview
+Part = bytes | memoryview  # a memoryview of bytes (format "B"): len() is its size in bytes
 
 
 class ProtocolError(Exception):
@@ -98,7 +113,23 @@ def _str(s: str) -> bytes:
 
 def encode_value(out: list[Part], value: Any) -> None:
     """Append ``value``'s encoding to ``out``; arrays as views of their own memory when possible."""
-    if value is None:
+    if isinstance(value, np.ndarray):  # first: what calls carry most
+        if value.ndim > MAX_NDIM:
+            raise ValueError(f"cannot send an array of {value.ndim} dimensions to a worker (at most {MAX_NDIM})")
+        kind = value.dtype.kind
+        if kind == "b":
+            tag, dtype = b"K", _U1
+        elif kind in "iu":
+            tag, dtype = b"Z", _LE_I8
+        else:
+            tag, dtype = b"A", _LE_F8
+        a = value if value.dtype == dtype else np.asarray(value, dtype=dtype)
+        if not a.flags.f_contiguous:
+            a = np.asfortranarray(a)
+        out.append(tag + _dims(a.ndim).pack(a.ndim, *a.shape))
+        if a.size:
+            out.append(memoryview(a.T.reshape(-1)).cast("B"))  # column-major bytes; a view when F-contiguous
+    elif value is None:
         out.append(b"N")
     elif isinstance(value, bool | np.bool_):
         out.append(b"B\x01" if value else b"B\x00")
@@ -108,19 +139,6 @@ def encode_value(out: list[Part], value: Any) -> None:
         out.append(b"F" + _F64.pack(float(value)))
     elif isinstance(value, str):
         out.append(b"S" + _str(value))
-    elif isinstance(value, np.ndarray):
-        if value.dtype == np.bool_:
-            tag, dtype = b"K", np.dtype("u1")
-        elif np.issubdtype(value.dtype, np.integer):
-            tag, dtype = b"Z", np.dtype("<i8")
-        else:
-            tag, dtype = b"A", np.dtype("<f8")
-        a = np.asarray(value, dtype=dtype)
-        if not a.flags.f_contiguous:
-            a = np.asfortranarray(a)
-        out.append(tag + struct.pack(f"<B{a.ndim}q", a.ndim, *a.shape))
-        if a.size:
-            out.append(memoryview(a.T.reshape(-1)).cast("B"))  # column-major bytes; a view when F-contiguous
     elif isinstance(value, dict):
         out.append(b"T" + _U32.pack(len(value)))
         for key, item in value.items():
@@ -181,8 +199,10 @@ def reply_load_error(message: str) -> list[Part]:
     return [b"L" + _str(message)]
 
 
-def reply_results(notes: str, results: Sequence[tuple[str, np.ndarray]]) -> list[Part]:
-    out: list[Part] = [b"R" + _str(notes) + _U32.pack(len(results))]
+def reply_results(notes: str, results: Sequence[tuple[str, np.ndarray]], seconds: float | None = None) -> list[Part]:
+    """'R', or 'T' with the port's own seconds when given."""
+    head = b"R" if seconds is None else b"T" + _F64.pack(seconds)
+    out: list[Part] = [head + _str(notes) + _U32.pack(len(results))]
     for name, array in results:
         out.append(_str(name))
         encode_value(out, array)
@@ -205,30 +225,37 @@ class Reader:
         self.data = data
         self.view = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else memoryview(data)
         self.pos = 0
+        self.end = len(self.view)
 
     def left(self) -> int:
-        return len(self.view) - self.pos
+        return self.end - self.pos
+
+    def _need(self, n: int) -> int:
+        """The offset of the next ``n`` bytes, which are then consumed; checked against what is left."""
+        pos = self.pos
+        if n < 0 or n > self.end - pos:
+            raise ProtocolError(f"truncated body: {n} bytes wanted at offset {pos}, {self.end - pos} left")
+        self.pos = pos + n
+        return pos
 
     def take(self, n: int) -> memoryview:
-        if n < 0 or n > self.left():
-            raise ProtocolError(f"truncated body: {n} bytes wanted at offset {self.pos}, {self.left()} left")
-        chunk = self.view[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
+        pos = self._need(n)
+        return self.view[pos : pos + n]
 
     def unpack(self, s: struct.Struct) -> Any:
-        (value,) = s.unpack(self.take(s.size))
+        (value,) = s.unpack_from(self.view, self._need(s.size))
         return value
 
     def u32(self) -> int:
         return self.unpack(_U32)
 
     def byte(self) -> bytes:
-        return bytes(self.take(1))
+        return _BYTES[self.view[self._need(1)]]
 
     def str(self) -> str:
         n = self.u32()
-        text = bytes(self.take(n)).decode(errors="replace")
+        pos = self._need(n)
+        text = str(self.view[pos : pos + n], "utf-8", "replace")
         return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"\n[... {len(text) - MAX_TEXT} characters cut]"
 
     def array(self, tag: bytes) -> np.ndarray:
@@ -236,7 +263,7 @@ class Reader:
         ndim = self.unpack(_U8)
         if ndim > MAX_NDIM:
             raise ProtocolError(f"an array of {ndim} dimensions (at most {MAX_NDIM})")
-        shape = struct.unpack(f"<{ndim}q", self.take(8 * ndim))
+        shape = _SHAPES[ndim].unpack_from(self.view, self._need(8 * ndim))
         count = 1
         for d in shape:
             if d < 0:
@@ -289,6 +316,7 @@ class Reply:
     notes: str = ""  # H, R
     results: dict[str, np.ndarray] = field(default_factory=dict)  # R
     declaration: Any = None  # H
+    seconds: float | None = None  # R sent as 'T': the port's own time in the worker
 
 
 def decode_reply(body: bytes | bytearray | memoryview | np.ndarray) -> Reply:
@@ -298,8 +326,13 @@ def decode_reply(body: bytes | bytearray | memoryview | np.ndarray) -> Reply:
         reply = Reply("H", message=r.str(), notes=r.str(), declaration=r.value())
     elif kind in (b"L", b"M", b"E"):
         reply = Reply(kind.decode(), message=r.str())
-    elif kind == b"R":
-        reply = Reply("R", notes=r.str())
+    elif kind in (b"R", b"T"):
+        seconds = None
+        if kind == b"T":
+            seconds = r.unpack(_F64)
+            if not 0.0 <= seconds < math.inf:
+                raise ProtocolError(f"a call that took {seconds!r} seconds")
+        reply = Reply("R", notes=r.str(), seconds=seconds)
         for _ in range(r.u32()):
             name = r.str()
             tag = r.byte()

@@ -136,6 +136,7 @@ class Results:
     arrays: dict[str, np.ndarray]
     notes: str  # R warnings, one per line
     output: str  # what the port printed during the call
+    seconds: float | None = None  # the port's own call, timed in the worker (None: not reported)
 
 
 # --- the child's side -------------------------------------------------------------------------------
@@ -301,6 +302,7 @@ class _Process:
         self.popen, self.request, self.reply = popen, request, reply
         self.output = _Output(output)
         self.ended = False
+        self._pollers: dict[tuple[int, int, bool], select.poll] = {}
         try:
             self.pidfd: int | None = os.pidfd_open(popen.pid)
         except (AttributeError, OSError):  # Linux < 5.3, or a seccomp filter: poll in slices instead
@@ -309,6 +311,21 @@ class _Process:
     @property
     def pid(self) -> int:
         return self.popen.pid
+
+    def poller(self, fd: int, event: int) -> select.poll:
+        """A poll object for ``fd``/``event``, the output while it is open, and the pidfd (one per
+        combination, kept: building one costs a few system calls per wait)."""
+        key = (fd, event, self.output.open)
+        poller = self._pollers.get(key)
+        if poller is None:
+            poller = select.poll()
+            poller.register(fd, event)
+            if self.output.open:
+                poller.register(self.output.fd, select.POLLIN)
+            if self.pidfd is not None:
+                poller.register(self.pidfd, select.POLLIN)
+            self._pollers[key] = poller
+        return poller
 
     def exited(self) -> bool:
         """Whether the worker has exited (without reaping it: its pid keeps the group id taken)."""
@@ -617,7 +634,7 @@ class Supervisor:
             proc.output.drain()
             self.last_output = proc.output.since(mark)
             if reply.kind == "R":
-                return Results(reply.results, reply.notes, self.last_output)
+                return Results(reply.results, reply.notes, self.last_output, reply.seconds)
             if reply.kind == "M":
                 raise OperationMissing(reply.message)
             if reply.kind == "E":
@@ -631,12 +648,7 @@ class Supervisor:
     # -- I/O ---------------------------------------------------------------------------------------
     def _wait(self, proc: _Process, fd: int, event: int, deadline: float) -> None:
         """Until ``fd`` is ready for ``event``, draining the port's output meanwhile."""
-        poller = select.poll()
-        poller.register(fd, event)
-        if proc.output.open:
-            poller.register(proc.output.fd, select.POLLIN)
-        if proc.pidfd is not None:
-            poller.register(proc.pidfd, select.POLLIN)
+        poller = proc.poller(fd, event)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -649,7 +661,7 @@ class Supervisor:
                 elif f == proc.output.fd:
                     proc.output.drain()
                     if not proc.output.open:
-                        poller.unregister(f)
+                        poller = proc.poller(fd, event)  # one without the closed output
                 elif f == proc.pidfd:
                     gone = True
             if ready:
@@ -660,7 +672,25 @@ class Supervisor:
     # Both directions try the system call first and poll only when it would block: a small call
     # then costs one writev, one poll and two readv.
     def _send(self, proc: _Process, parts: list[Part], deadline: float) -> None:
+        total = sum(len(p) for p in parts)  # byte lengths: parts are bytes or byte views (protocol.Part)
+        if len(parts) <= 512:  # the usual case: the whole request in one system call
+            try:
+                sent = os.writev(proc.request, parts)
+            except BlockingIOError:
+                sent = 0
+            except (BrokenPipeError, ConnectionResetError):
+                raise _Died from None
+            if sent == total:
+                return
+        else:
+            sent = 0
         views = collections.deque(memoryview(p).cast("B") for p in parts if len(p))
+        while sent:  # what the first write took
+            if sent >= len(views[0]):
+                sent -= len(views.popleft())
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
         while views:
             try:
                 n = os.writev(proc.request, list(views)[:512])

@@ -34,10 +34,25 @@ def _mask(mask: np.ndarray | None) -> torch.Tensor | None:
     return torch.from_numpy(np.ascontiguousarray(mask)) if mask.dtype == bool else _t(mask)
 
 
+# Above this many keys the identity trick (n_q n_k^2 work, an n_k x n_k identity) costs too much
+# (the scale tier goes to 16384 keys): the weights come from torch.softmax of the same scores, a
+# query with no key left getting zero weights as SDPA gives it.
+EYE_MAX_KEYS = 1024
+
+
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float | None):
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    eye = torch.eye(k.shape[-2], dtype=torch.float64)
-    weights = F.scaled_dot_product_attention(q, k, eye, attn_mask=mask, scale=scale)
+    if k.shape[-2] <= EYE_MAX_KEYS:
+        eye = torch.eye(k.shape[-2], dtype=torch.float64)
+        return out, F.scaled_dot_product_attention(q, k, eye, attn_mask=mask, scale=scale)
+    scores = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -torch.inf) if mask.dtype == torch.bool else scores + mask
+    weights = torch.softmax(scores, dim=-1)
+    del scores
+    if mask is not None:
+        keep = mask if mask.dtype == torch.bool else ~torch.isneginf(mask)
+        weights[~keep.any(dim=-1)] = 0.0  # NaN (0/0) for a query with no key left
     return out, weights
 
 

@@ -15,8 +15,10 @@ names the case and the output). A trajectory (``classifier_train``) runs at a pr
 tapers with its number of SGD steps (naive balls lose ~1.3 bits a step on the shipped ones).
 
 Beyond the catalogue: ``masked_query`` selects the convention for a query whose keys are all
-masked ("zeros", "nan", "uniform"), and ``rows`` restricts the attention operations to a subset
-of query rows (rows are independent), for cases too large to compute in full.
+masked ("zeros", "nan", "uniform"), ``rows`` restricts the attention operations to a subset
+of query rows (rows are independent), for cases too large to compute in full, and ``outputs``
+to some of the outputs (the others are computed along the way but neither rounded nor bounded,
+which is most of the cost of a long weights row: the scale tier, attention_ports/scale.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -133,9 +135,12 @@ def compute(
     masked_query: str = "zeros",
     rows: Sequence[int] | None = None,
     label: str = "",
+    outputs: Collection[str] | None = None,
 ) -> Result:
     """``{output: (expected, bound)}`` for one operation call; see the module docstring."""
-    return compute_detailed(op, inputs, options, masked_query=masked_query, rows=rows, label=label).outputs
+    return compute_detailed(
+        op, inputs, options, masked_query=masked_query, rows=rows, label=label, outputs=outputs
+    ).outputs
 
 
 def compute_detailed(
@@ -147,20 +152,21 @@ def compute_detailed(
     rows: Sequence[int] | None = None,
     label: str = "",
     memo: bool = True,
+    outputs: Collection[str] | None = None,
 ) -> Truth:
     """``compute`` with the working precision; ``memo=False`` neither reads nor fills the memo."""
-    key = cache_key(op, inputs, options, masked_query, rows)
+    key = cache_key(op, inputs, options, masked_query, rows, outputs)
     hit = _MEMO.get(key) if memo else None
     if hit is not None:
         return hit
     where = label or op
     try:
         if op == "classifier_train":
-            if masked_query != "zeros" or rows is not None:
-                raise InputError("classifier_train takes neither masked_query nor rows")
+            if masked_query != "zeros" or rows is not None or outputs is not None:
+                raise InputError("classifier_train takes neither masked_query, rows nor outputs")
             result = _trajectory(inputs, options, where)
         else:
-            result = _single(op, inputs, options, masked_query, rows, where)
+            result = _single(op, inputs, options, masked_query, rows, where, outputs)
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from exc
     if memo:
@@ -168,12 +174,16 @@ def compute_detailed(
     return result
 
 
-def _single(op, inputs, options, masked_query, rows, where: str) -> Truth:
+def _single(op, inputs, options, masked_query, rows, where: str, outputs=None) -> Truth:
     tracked = exact.run_graph(op, inputs, options, prec=BOUND_PREC, track=True, masked_query=masked_query, rows=rows)
+    if outputs is not None:
+        unknown = set(outputs) - set(tracked)
+        if unknown:
+            raise InputError(f"{op} has no outputs {sorted(unknown)}")
     prec = BOUND_PREC
     values = tracked
     while True:
-        rounded = {name: _round_out(out) for name, out in values.items()}
+        rounded = {name: _round_out(out) for name, out in values.items() if outputs is None or name in outputs}
         missing = max(m for _, m in rounded.values())
         if missing == 0:
             break
@@ -182,10 +192,10 @@ def _single(op, inputs, options, masked_query, rows, where: str) -> Truth:
             raise TruthError(f"{where}: outputs {worst} do not certify at {prec} bits")
         prec = min(_next_prec(prec, missing), MAX_PREC)
         values = exact.run_graph(op, inputs, options, prec=prec, track=False, masked_query=masked_query, rows=rows)
-    outputs = {
+    result = {
         name: (arr, _bound_array(tracked[name].t.e, arr, tracked[name].shape)) for name, (arr, _) in rounded.items()
     }
-    return Truth(outputs, prec)
+    return Truth(result, prec)
 
 
 def _trajectory(inputs, options, where: str) -> Truth:
@@ -226,10 +236,12 @@ def _trajectory_outs(traj: exact.Trajectory) -> dict[str, Out]:
 _MEMO: dict[str, Truth] = {}
 
 
-def cache_key(op, inputs: Mapping[str, np.ndarray], options, masked_query: str, rows) -> str:
+def cache_key(op, inputs: Mapping[str, np.ndarray], options, masked_query: str, rows, outputs=None) -> str:
     """Content address of one call: the operation, options and every input's dtype, shape, bytes."""
     h = hashlib.sha256()
     head = {"op": op, "options": options, "masked_query": masked_query, "rows": None if rows is None else list(rows)}
+    if outputs is not None:
+        head["outputs"] = sorted(outputs)
     h.update(json.dumps(head, sort_keys=True, default=str).encode())
     for name in sorted(inputs):
         arr = np.ascontiguousarray(inputs[name])

@@ -101,15 +101,24 @@ def _axes(role: Role, ndim: int) -> tuple[int, ...]:
     return axes
 
 
+def _reversal(axes: tuple[int, ...]) -> bool:
+    return all(a == len(axes) - 1 - i for i, a in enumerate(axes))
+
+
+# Every permutation above is a full reversal (checked here, once): then both directions are ``.T``,
+# a view, which keeps a small call's conversion to a fraction of a microsecond.
+_ALL_REVERSALS = all(axes is None or _reversal(axes) for axes in _AXES.values())
+
+
 def to_julia(array: np.ndarray, role: Role) -> np.ndarray:
     """Reference layout -> Julia layout (a view, unless the role shifts values)."""
-    out = np.transpose(array, _axes(role, array.ndim))
+    out = array.T if _ALL_REVERSALS else np.transpose(array, _axes(role, array.ndim))
     return np.asarray(out + _OFFSET[role]) if role in _OFFSET else out
 
 
 def from_julia(array: np.ndarray, role: Role) -> np.ndarray:
     """Julia layout -> reference layout: the inverse of :func:`to_julia`."""
-    out = np.transpose(array, np.argsort(_axes(role, array.ndim)))
+    out = array.T if _ALL_REVERSALS else np.transpose(array, np.argsort(_axes(role, array.ndim)))
     return np.asarray(out - _OFFSET[role]) if role in _OFFSET else out
 
 
@@ -165,7 +174,7 @@ def build_call(spec: ops.OpSpec, inputs: Mapping[str, np.ndarray], options: Mapp
         role = spec.role(name)
         if a.dtype == np.bool_:
             a = np.where(a, 0.0, -np.inf) if role is Role.SCORES else a.astype(np.float64)
-        elif not np.issubdtype(a.dtype, np.integer):
+        elif a.dtype.kind not in "iu":
             a = a.astype(np.float64, copy=False)
         j = to_julia(a, role)
         return j.item() if j.ndim == 0 else j
@@ -211,7 +220,9 @@ class JuliaImplementation(Implementation):
     """A Julia port run through the transport chosen by ``ATTENTION_PORTS_JULIA_TRANSPORT``.
 
     ``timeout``, ``compile_allowance``, ``startup_timeout`` (seconds) and ``give_up_after`` (calls)
-    override the worker transport's settings (ports/julia_worker.py; the environment otherwise).
+    override the worker transport's settings (ports/julia_worker.py; the environment otherwise);
+    ``sysimage`` ("auto", "stock" or an image's path) and ``julia_flags`` (added to julia's command
+    line) are the worker's too (the system image build uses them: scripts/build_julia_sysimage.py).
     """
 
     name = "julia"
@@ -225,6 +236,8 @@ class JuliaImplementation(Implementation):
         compile_allowance: float | None = None,
         startup_timeout: float | None = None,
         give_up_after: int | None = None,
+        sysimage: str | Path = "auto",
+        julia_flags: tuple[str, ...] = (),
     ):
         self.port = Path(port).resolve() if port is not None else PORT
         if not (self.port.is_file() or self.port.is_dir()):
@@ -242,7 +255,13 @@ class JuliaImplementation(Implementation):
                 give_up_after=give_up_after,
             )
             self._transport = julia_worker.WorkerTransport(
-                find_julia(), WORKER, self.port, limits=limits, on_hello=self._read_declaration
+                find_julia(),
+                WORKER,
+                self.port,
+                limits=limits,
+                on_hello=self._read_declaration,
+                sysimage=sysimage,
+                extra_flags=julia_flags,
             )
         elif kind == "juliacall":
             from ports.julia_juliacall import JuliacallTransport
@@ -295,6 +314,7 @@ class JuliaImplementation(Implementation):
             raise ImplementationError(
                 f"{op} is declared in attention_ports.operations of {self.port} but the port defines no {op}"
             ) from None
+        self.last_seconds = results.seconds
         return unpack_results(spec, results.arrays)
 
     def view(self, op: str, output: str) -> PortView | None:

@@ -19,15 +19,22 @@ Settings (environment, or the JuliaImplementation arguments of the same names):
 
 So a Julia port that hangs in every call costs at most 30 + 60 s for its first operation and as
 much again for a second one (two timeouts), one that hangs while loading 2 x 60 s.
+
+System image: when ``make setup`` has built a custom image for this julia and this worker.jl
+(ports/julia_sysimage.py says when one matches), the worker starts on it (``-J``) and runs the
+image's own copy of the worker module; otherwise on julia's stock image. Only compile time
+differs: the port is always loaded fresh from its file.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from attention_ports.protocol import Arg, Reply
 from attention_ports.supervisor import Limits, Results, Supervisor
+from ports import julia_sysimage
 
 ENV_PREFIX = "ATTENTION_PORTS_JULIA"
 DEFAULT_LIMITS = {"timeout": 30.0, "compile_allowance": 60.0, "startup_timeout": 60.0, "give_up_after": 2}
@@ -46,15 +53,30 @@ def limits(**overrides: float | int | None) -> Limits:
 class WorkerTransport:
     """One julia worker process for one port, run by a :class:`Supervisor`."""
 
-    def __init__(self, julia: str, worker_script: Path, port: Path, *, limits: Limits, on_hello: Any = None) -> None:
+    def __init__(
+        self,
+        julia: str,
+        worker_script: Path,
+        port: Path,
+        *,
+        limits: Limits,
+        on_hello: Any = None,
+        sysimage: str | Path = "auto",
+        extra_flags: Sequence[str] = (),
+    ) -> None:
+        """``sysimage``: "auto" (a matching custom image if there is one), "stock", or the path of an
+        image known to hold this ``worker_script``'s module (the image build's own check)."""
         self.julia = julia
-        self.supervisor = Supervisor(
-            "julia",
-            [julia, *JULIA_FLAGS, str(worker_script), str(port)],
-            str(port),
-            limits,
-            check_hello=on_hello,
-        )
+        if sysimage == "auto":
+            found = julia_sysimage.find(julia) if worker_script == julia_sysimage.WORKER else None
+            self.sysimage = found.path if found is not None else None
+        else:
+            self.sysimage = None if sysimage == "stock" else Path(sysimage)
+        if self.sysimage is None:
+            argv = [julia, *JULIA_FLAGS, *extra_flags, str(worker_script), str(port)]
+        else:
+            argv = [julia, *JULIA_FLAGS, *extra_flags, "-J", str(self.sysimage), "-e", julia_sysimage.ENTRY, str(port)]
+        self.supervisor = Supervisor("julia", argv, str(port), limits, check_hello=on_hello)
 
     @property
     def pid(self) -> int | None:
@@ -76,7 +98,8 @@ class WorkerTransport:
 
     def describe(self) -> str:
         hello = self.supervisor.hello
-        return f"worker {self.julia}" + (f" ({hello.message})" if hello is not None else "")
+        image = f"system image {self.sysimage}" if self.sysimage is not None else "stock system image"
+        return f"worker {self.julia}, {image}" + (f" ({hello.message})" if hello is not None else "")
 
     def close(self) -> None:
         self.supervisor.close()

@@ -231,6 +231,7 @@ class RImplementation(Implementation):
             raise ImplementationError(
                 f"{op} is declared in attention_ports$operations of {self._where} but the port defines no {op}"
             ) from None
+        self.last_seconds = results.seconds
         self.last_warnings = results.notes.split("\n") if results.notes else []
         for w in self.last_warnings:
             warnings.warn(f"r: {op}: {w}", RWarning, stacklevel=2)

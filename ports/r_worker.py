@@ -264,7 +264,9 @@ class Port:
             if warns:
                 message += "\nR warnings before the error:\n  " + warns.replace("\n", "\n  ")
             return protocol.reply_error(f"{op}: {message}")
-        header = r.view(res[1], 0).astype(np.int64)
+        packed = r.view(res[1], 0)
+        seconds = max(0.0, float(packed[0]))  # the port's own call (a clock step back: 0)
+        header = packed[1:].astype(np.int64)
         results = []
         h = 1
         for i in range(int(header[0])):
@@ -276,7 +278,7 @@ class Port:
                 data = data.astype(bool)  # R logicals are int32; no NA left (checked in R)
             results.append((names[i], data))
         self._keep = res  # the reply's parts are views of R's memory
-        return protocol.reply_results(warns, results)
+        return protocol.reply_results(warns, results, seconds)
 
 
 def _read_exact(fd: int, view: memoryview) -> bool:

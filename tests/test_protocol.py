@@ -104,6 +104,16 @@ def test_a_malformed_reply_is_a_protocol_error(body: bytes, expected: str) -> No
         protocol.decode_reply(body)
 
 
+def test_a_timed_reply_carries_the_ports_own_seconds() -> None:
+    reply = protocol.decode_reply(_body(protocol.reply_results("w", [("y", np.eye(2))], seconds=0.25)))
+    assert (reply.kind, reply.notes, reply.seconds) == ("R", "w", 0.25)
+    assert np.array_equal(reply.results["y"], np.eye(2))
+    assert protocol.decode_reply(REPLY_OK).seconds is None
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ProtocolError, match="a call that took"):
+            protocol.decode_reply(_body(protocol.reply_results("", [], seconds=bad)))
+
+
 def test_a_duplicate_result_is_a_protocol_error() -> None:
     body = _body(protocol.reply_results("", [("y", np.eye(2)), ("y", np.eye(2))]))
     with pytest.raises(ProtocolError, match="result 'y' sent twice"):

@@ -22,6 +22,7 @@
 #   str     := u32 nbytes, UTF-8 bytes
 #   request := 'C' str op, u32 n, n x (u8 'p' | 'k', str name, value)   | 'Q' (quit)
 #   reply   := 'R' str notes, u32 n, n x (str name, 'A' array)   results, flattened ("" = a bare array)
+#            | 'T' f64 seconds, then as 'R'                     the same, with the port's own time
 #            | 'M' str message                                  the port does not define op
 #            | 'E' str message                                  the call threw: message and backtrace
 #   hello   := 'H' str description, str notes, value declaration | 'L' str message   (id 0)
@@ -36,13 +37,28 @@ const HEADER_BYTES = 20
 # ---------------------------------------------------------------------------------------------
 # Loading a port and calling it: shared by the worker and the juliacall transport.
 
-"""Include `path` (a file, or every *.jl file of a directory in name order) into a fresh anonymous
-module and return the module (throws on load errors)."""
-function load_port(path::AbstractString)
-    mod = Module(:Port)
+# Ports already loaded and compiled into a custom system image (scripts/julia_sysimage.jl):
+# path => (each source file's name and bytes, the module). `load_port` returns one only while every
+# file still holds exactly those bytes, so an image changes what must be compiled, never what runs.
+const PRELOADED = Dict{String,Tuple{Vector{Pair{String,Vector{UInt8}}},Module}}()
+
+"""The source files of a port: the file itself, or every *.jl file of a directory in name order."""
+function port_files(path::AbstractString)
     is_source(f) = endswith(f, ".jl") && !startswith(basename(f), ".")   # not an editor's .#lock.jl
     files = isdir(path) ? sort!(filter(is_source, readdir(path; join = true))) : [String(path)]
     isempty(files) && throw(ArgumentError("the port directory $path holds no *.jl file"))
+    return files
+end
+
+port_sources(files) = [f => read(f) for f in files]
+
+"""Include `path` (a file, or every *.jl file of a directory in name order) into a fresh anonymous
+module and return the module (throws on load errors); or the image's module of the same sources."""
+function load_port(path::AbstractString)
+    files = port_files(path)
+    hit = get(PRELOADED, String(path), nothing)
+    hit !== nothing && hit[1] == port_sources(files) && return hit[2]
+    mod = Module(:Port)
     for file in files
         Base.include(mod, file)
     end
@@ -134,23 +150,27 @@ function error_message(e, bt; stop = ("invokelatest", "call_op"))
 end
 
 """
-    call_op(mod, path, op, args, kwargs) -> (status, message, results)
+    call_op(mod, path, op, args, kwargs) -> (status, message, results, seconds)
 
 Call the port's `op` with positional `args` and keyword `kwargs` (pairs Symbol => value).
-`status` is :ok (with flattened `results`), :missing or :error (with `message`).
+`status` is :ok (with flattened `results`), :missing or :error (with `message`); `seconds` is the
+wall time of the port's function alone (what `attention-ports bench` calls compute).
 """
 function call_op(mod::Module, path::AbstractString, op::AbstractString, args::Vector{Any},
                  kwargs::Vector{Pair{Symbol,Any}})
     results = Pair{String,Array{Float64}}[]
     f = find_op(mod, op)
-    f === nothing && return (:missing, "$op is not defined in $path", results)
+    f === nothing && return (:missing, "$op is not defined in $path", results, 0.0)
+    start = time_ns()
     try
-        value = Base.invokelatest(f, args...; kwargs...)
+        # without keywords, no NamedTuple to build at run time (a few microseconds a small call)
+        value = isempty(kwargs) ? Base.invokelatest(f, args...) : Base.invokelatest(f, args...; kwargs...)
+        seconds = (time_ns() - start) / 1e9
         flatten!(results, "", value)
-        return (:ok, "", results)
+        return (:ok, "", results, seconds)
     catch e
         e isa InterruptException && rethrow()
-        return (:error, error_message(e, catch_backtrace()), results)
+        return (:error, error_message(e, catch_backtrace()), results, (time_ns() - start) / 1e9)
     end
 end
 
@@ -297,13 +317,13 @@ end
 # Results go out without being copied into a buffer first: the frame header and each array's
 # description from a small buffer, the arrays' own memory straight to the pipe (IOStream buffers
 # small writes, so a small reply is still one system call).
-function send_results(out::IO, id::UInt64, results)
-    n = 1 + 4 + 4                                  # 'R', empty notes, count
+function send_results(out::IO, id::UInt64, results, seconds::Float64)
+    n = 1 + 8 + 4 + 4                              # 'T', seconds, empty notes, count
     for (name, a) in results
         n += 4 + sizeof(name) + 2 + 8 * ndims(a) + 8 * length(a)
     end
     head = IOBuffer()
-    write(head, zeros(UInt8, HEADER_BYTES), UInt8('R'))
+    write(head, zeros(UInt8, HEADER_BYTES), UInt8('T'), htol(seconds))
     _writestr(head, "")                            # notes: R's warnings; Julia has none to send
     write(head, htol(UInt32(length(results))))
     first = true
@@ -395,10 +415,10 @@ function serve(path::AbstractString)
         kind == UInt8('Q') && return
         kind == UInt8('C') || error("protocol error: unknown request $(repr(kind))")
         op, args, kwargs = read_request(input)
-        status, msg, results = call_op(mod, path, op, args, kwargs)
+        status, msg, results, seconds = call_op(mod, path, op, args, kwargs)
         flush_output()                      # what the port printed goes out before the reply
         if status === :ok
-            send_results(output, id, results)
+            send_results(output, id, results, seconds)
         else
             write_reply(start_message(buf), status, msg, results)
             send(output, id, buf)
@@ -429,7 +449,7 @@ function warm_up()
     op, args, kwargs = read_request(seekstart(io))
     results = flatten!(Pair{String,Array{Float64}}[], "", (x = args[1], y = (z = 1.0,)))
     write_reply(start_message(IOBuffer()), :ok, "", results)
-    send_results(IOBuffer(), zero(UInt64), results)
+    send_results(IOBuffer(), zero(UInt64), results, 0.0)
     return nothing
 end
 
@@ -440,7 +460,7 @@ function call_bytes(mod::Module, path::AbstractString, request::AbstractVector{U
     io = IOBuffer(Vector{UInt8}(request))
     read(io, UInt8) == UInt8('C') || error("protocol error: not a call request")
     op, args, kwargs = read_request(io)
-    status, msg, results = call_op(mod, path, op, args, kwargs)
+    status, msg, results, _ = call_op(mod, path, op, args, kwargs)
     return take!(write_reply(IOBuffer(), status, msg, results))
 end
 

@@ -174,11 +174,12 @@
   structure(list(value), names = name)
 }
 
-# list(header, values...): header = c(n outputs, per output its type (0 double, 1 integer,
-# 2 logical), ndim and dims); each value is passed as it is (no copy): Python reads doubles,
-# integers and logicals from R's memory and judges the types against the contract.
-.ap_pack <- function(flat) {
-  header <- length(flat)
+# list(header, values...): header = c(seconds the port's call took, n outputs, per output its
+# type (0 double, 1 integer, 2 logical), ndim and dims); each value is passed as it is (no copy):
+# Python reads doubles, integers and logicals from R's memory and judges the types against the
+# contract.
+.ap_pack <- function(flat, seconds) {
+  header <- c(seconds, length(flat))
   for (v in flat) {
     d <- dim(v)
     if (is.null(d)) d <- if (length(v) == 1L) integer() else length(v)
@@ -200,6 +201,7 @@
   call <- plan$call
   warns <- character()
   calls <- NULL
+  start <- Sys.time()  # microseconds on Linux: the port's own time, for attention-ports bench
   res <- tryCatch(
     list(ok = TRUE, value = withCallingHandlers(
       eval(call, frame),
@@ -211,6 +213,7 @@
     )),
     error = function(e) list(ok = FALSE, cond = e)
   )
+  seconds <- as.double(Sys.time()) - as.double(start)
   warns <- paste(warns, collapse = "\n")
   if (!res$ok) {
     message <- .ap_condition_text("Error", res$cond)
@@ -232,7 +235,7 @@
   if (inherits(flat, "error")) {
     return(list(paste(c("badresult", conditionMessage(flat), warns, ""), collapse = "\x1e")))
   }
-  c(list(paste(c("ok", "", warns, "", names(flat)), collapse = "\x1e")), .ap_pack(flat))
+  c(list(paste(c("ok", "", warns, "", names(flat)), collapse = "\x1e")), .ap_pack(flat, seconds))
 }
 
 # Source every file into env (quit()/q() are replaced first by an error that says why; a port

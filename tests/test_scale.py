@@ -1,0 +1,236 @@
+"""The scale tier (attention_ports/scale.py, scale_bounds.py), on small sizes.
+
+What must hold:
+- the every-row float64 bounds are never below the arb bounds of the same rows, and at most
+  2^-7 above them (the fixtures' rounding to 8 significant bits), for every attention operation,
+  masks, biases and a query with no key included;
+- the tier passes correct implementations (ours, torch, R, Julia, really run), and fails a port
+  that is wrong only on a row the exact truth does not sample (the every-row comparison catches
+  it) and a port wrong everywhere (both checks catch it);
+- splitting a call into blocks of query rows changes nothing; a call that would not fit in memory
+  is skipped and fails the run instead of running.
+The L = 1024 ... 16384 cases themselves run in `attention-ports verify --tier scale`, not here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import reference
+from attention_ports import scale, scale_bounds, truth
+from attention_ports.catalogue import load_catalogue
+from ports.julia_adapter import PORT as JULIA_PORT
+
+RNG = np.random.default_rng(7)
+
+
+def _inputs(op: str, n: int, d: int, *, mask: str | None = None, bias: bool = False, dead: bool = False):
+    x = [RNG.standard_normal((n, d)) for _ in range(3)]
+    opts: dict = {}
+    if op == "scaled_dot_product_attention":
+        inputs = {"q": x[0] * 3, "k": x[1], "v": x[2]}
+    elif op == "self_attention":
+        inputs = {"x": x[0], **{f"w_{s}": RNG.standard_normal((d, d)) / 2 for s in "qkv"}}
+        if bias:
+            inputs.update({f"b_{s}": RNG.standard_normal(d) for s in "qkv"})
+    else:
+        inputs = {"query": x[0], "key": x[1], "value": x[2], **{f"w_{s}": RNG.standard_normal((d, d)) for s in "qkvo"}}
+        if bias:
+            inputs.update({f"b_{s}": RNG.standard_normal(d) for s in "qkvo"})
+        opts["num_heads"] = 2
+    if mask is not None:
+        m = reference.causal_mask(n, n)
+        if dead:
+            m = m.copy()
+            m[3] = False
+        inputs["mask"] = reference.as_additive_mask(m, m.shape) if mask == "additive" else m
+    return inputs, opts
+
+
+CASES = [
+    ("scaled_dot_product_attention", dict()),
+    ("scaled_dot_product_attention", dict(mask="bool", dead=True)),
+    ("self_attention", dict(mask="additive", bias=True)),
+    ("self_attention", dict()),
+    ("multi_head_attention", dict(mask="bool", bias=True)),
+    ("multi_head_attention", dict(dead=True, mask="additive")),
+]
+
+
+@pytest.mark.parametrize(("op", "kind"), CASES, ids=[f"{op}-{'-'.join(k)}" for op, k in CASES])
+def test_every_row_bounds_equal_the_exact_ones_up_to_their_rounding(op: str, kind: dict) -> None:
+    inputs, opts = _inputs(op, 24, 4, **kind)
+    rows = [0, 3, 11, 23]
+    mine = scale_bounds.compute(op, inputs, opts, rows=rows)
+    exact = truth.compute(op, inputs, opts, rows=rows)
+    for name, bound in mine.full.items():
+        expected = exact[name][1]
+        got = bound if expected.shape == bound.shape else bound[rows]
+        assert np.all(got >= expected), name
+        assert np.all(got <= expected * (1 + 2.0**-7)), name
+    w_est, w_bound = mine.weights
+    assert np.all(w_bound >= exact["weights"][1]) and np.all(w_bound <= exact["weights"][1] * (1 + 2.0**-7))
+    # this module's own weights are a correct float64 result: within the bound of the exact ones
+    assert np.all(np.abs(w_est - exact["weights"][0]) <= exact["weights"][1])
+
+
+def test_the_scale_catalogue_and_its_sampled_rows() -> None:
+    cases = scale.load_cases()
+    assert len(cases) == 18
+    assert {(c.op, scale.length(c), "mask" in c.inputs) for c in cases} == {
+        (op, n, m)
+        for op in ("scaled_dot_product_attention", "self_attention", "multi_head_attention")
+        for n in (1024, 4096, 16384)
+        for m in (False, True)
+    }
+    for case in cases[:3]:
+        rows = scale.sample_rows(case)
+        assert len(rows) == scale.ROWS == len(set(rows)) and rows == sorted(rows)
+        assert rows[0] == 0 and rows[-1] == scale.length(case) - 1
+        assert rows == scale.sample_rows(case)  # from the case's own seed
+        w = scale.weight_rows(rows)
+        assert len(w) == scale.WEIGHT_ROWS and set(w) <= set(rows) and w[0] == 0 and w[-1] == rows[-1]
+
+
+def test_truth_rounds_only_the_outputs_asked_for() -> None:
+    inputs, opts = _inputs("self_attention", 10, 3)
+    got = truth.compute("self_attention", inputs, opts, rows=[1, 2], outputs=["q", "output"])
+    assert set(got) == {"q", "output"} and got["q"][0].shape == (2, 3)
+    full = truth.compute("self_attention", inputs, opts, rows=[1, 2])
+    assert np.array_equal(got["output"][0], full["output"][0]) and np.array_equal(got["q"][1], full["q"][1])
+    with pytest.raises(truth.InputError, match="no outputs"):
+        truth.compute("self_attention", inputs, opts, outputs=["nothing"])
+
+
+# --- the tier end to end, on a small catalogue ------------------------------------------------------
+SMALL = """
+format_version = 2
+seed = 99
+
+[[case]]
+id = "small_sdpa_causal"
+op = "scaled_dot_product_attention"
+reason = "the tier's machinery on a small SDPA with a causal mask"
+flags = ["random", "mask"]
+inputs.q = {normal = [48, 8]}
+inputs.k = {normal = [48, 8]}
+inputs.v = {normal = [48, 8]}
+inputs.mask = {causal = [48, 48]}
+
+[[case]]
+id = "small_mha"
+op = "multi_head_attention"
+reason = "the tier's machinery on a small multi-head attention"
+flags = ["random"]
+inputs.query = {normal = [40, 8]}
+inputs.key = {normal = [40, 8]}
+inputs.value = {normal = [40, 8]}
+inputs.w_q = {normal = [8, 8], scale = 0.3}
+inputs.w_k = {normal = [8, 8], scale = 0.3}
+inputs.w_v = {normal = [8, 8], scale = 0.3}
+inputs.w_o = {normal = [8, 8], scale = 0.3}
+options.num_heads = 2
+
+[[case]]
+id = "small_self"
+op = "self_attention"
+reason = "the tier's machinery on a small self-attention"
+flags = ["random"]
+inputs.x = {normal = [32, 8]}
+inputs.w_q = {normal = [8, 8], scale = 0.3}
+inputs.w_k = {normal = [8, 8], scale = 0.3}
+inputs.w_v = {normal = [8, 8], scale = 0.3}
+"""
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The small catalogue, with a truth cache of its own shared by this module's tests (the pool
+    processes that fill it read the folder from the environment)."""
+    folder = tmp_path_factory.mktemp("scale")
+    before = os.environ.get(scale.CACHE_ENV)
+    os.environ[scale.CACHE_ENV] = str(folder / "cache")
+    path = folder / "small.toml"
+    path.write_text(SMALL)
+    yield path
+    if before is None:
+        del os.environ[scale.CACHE_ENV]
+    else:
+        os.environ[scale.CACHE_ENV] = before
+
+
+def _run(small: Path, impls: list[str], ports: dict | None = None, **kwargs) -> scale.Report:
+    return scale.run_tier(impls, ports, catalogue=small, n_rows=6, workers=1, **kwargs)
+
+
+def _status(report: scale.Report) -> dict[tuple[str, str], str]:
+    return {(v.impl, v.case): v.status for v in report.verdicts}
+
+
+def test_correct_implementations_agree_and_blocks_change_nothing(small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    report = _run(small, ["reference", "torch", "r", "julia"], required={"reference", "torch", "r", "julia"})
+    assert set(_status(report).values()) == {"pass"}, [m for v in report.verdicts for m in v.messages]
+    assert all(v.rows_over_bound is not None and v.full_over_bound is not None for v in report.verdicts)
+    assert "exact rows each" in scale.render(report)
+
+    monkeypatch.setattr(scale, "MAX_WEIGHTS_ELEMENTS", 2 * 40 * 7)  # MHA in blocks of 7 query rows
+    blocked = _run(small, ["reference", "julia"])
+    assert set(_status(blocked).values()) == {"pass"}
+    assert all(s == 0 for s in blocked.truth_seconds.values())  # the truth came from the cache
+    mha = {r.impl: r for name in ("reference", "julia") for r in blocked.runs[name] if r.case == "small_mha"}
+    assert mha["julia"].calls == 6
+    whole = next(r for r in report.runs["julia"] if r.case == "small_mha")
+    np.testing.assert_array_equal(mha["julia"].full["output"], whole.full["output"])
+
+
+def _julia_port(tmp_path: Path, name: str, edit: tuple[str, str]) -> Path:
+    src = (JULIA_PORT / "attention.jl").read_text()
+    assert edit[0] in src
+    path = tmp_path / name
+    path.write_text(src.replace(*edit))
+    return path
+
+
+def test_a_bug_on_rows_the_truth_does_not_sample_is_caught_between_implementations(small: Path, tmp_path: Path) -> None:
+    case = load_catalogue(small).cases[0]
+    rows = scale.sample_rows(case, 6)
+    unsampled = next(i for i in range(48) if i not in rows) + 1  # a Julia (1-based) query column
+    bug = _julia_port(
+        tmp_path,
+        "one_row.jl",
+        (
+            "    output = v * weights                                     # (d_v, n_k) * (n_k, n_q) = (d_v, n_q)\n",
+            "    output = v * weights\n"
+            f"    size(output, 2) >= {unsampled} && (output[:, {unsampled}] .*= 1 + 1e-12)  # a wrong row\n",
+        ),
+    )
+    report = _run(small, ["reference", "torch", "julia"], {"julia": bug}, case_globs=["small_sdpa_causal"])
+    status = _status(report)
+    assert status[("julia", "small_sdpa_causal")] == "fail"
+    assert status[("reference", "small_sdpa_causal")] == status[("torch", "small_sdpa_causal")] == "pass"
+    verdict = next(v for v in report.verdicts if v.impl == "julia")
+    assert verdict.rows_over_bound is not None and verdict.rows_over_bound <= 1  # the sampled rows are right
+    assert "disagrees with reference, torch on every-row outputs beyond 2B" in "\n".join(verdict.messages)
+
+
+def test_a_port_wrong_everywhere_fails_both_checks(small: Path, tmp_path: Path) -> None:
+    bug = _julia_port(
+        tmp_path, "scaled.jl", ("s = scale === nothing ? 1 / sqrt(d_k)", "s = scale === nothing ? 1 / d_k")
+    )
+    report = _run(small, ["reference", "torch", "julia"], {"julia": bug}, case_globs=["small_sdpa_causal"])
+    verdict = next(v for v in report.verdicts if v.impl == "julia")
+    assert verdict.status == "fail" and verdict.rows_over_bound > 1
+    text = "\n".join(verdict.messages)
+    assert "(sampled rows, exact)" in text and "every-row outputs beyond 2B" in text
+
+
+def test_a_call_that_would_not_fit_in_memory_is_skipped_and_fails(small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scale, "mem_available", lambda: 1000)
+    report = _run(small, ["reference"], case_globs=["small_self"])
+    (verdict,) = report.verdicts
+    assert verdict.status == "fail" and "GiB available" in verdict.messages[0]
