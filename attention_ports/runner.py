@@ -303,7 +303,8 @@ def _explain_convention(
         )
     for r in results:
         decided = any(not _same(judged[r.output], by[r.output]) for by in case.conventions.values())
-        if r.status == "fail" and decided and r.output in judged:
+        # the diagnosis (diagnose.py) may already say it, with the declaration in the port's language
+        if r.status == "fail" and decided and r.output in judged and "masked_query" not in r.diagnosis:
             r.message += "\n" + "\n".join(lines)
 
 

@@ -16,7 +16,12 @@ from attention_ports.fixtures import REPO_FIXTURES, load_case, manifest_bytes, r
 def _case_files(root: Path, manifest: dict) -> dict[str, bytes]:
     files = {}
     for entry in manifest["cases"]:
-        for meta in [*entry["inputs"].values(), *entry["expected"].values()]:
+        by_convention = entry.get("masked_query", {}).get("expected", {}).values()
+        for meta in [
+            *entry["inputs"].values(),
+            *entry["expected"].values(),
+            *(m for c in by_convention for m in c.values()),
+        ]:
             for key in ("file", "bound_file"):
                 if key in meta:
                     files[meta[key]] = (root / meta[key]).read_bytes()
@@ -50,7 +55,7 @@ def test_the_index_carries_every_case_array_option_and_operation(shipped) -> Non
     head = records[0]
     assert head == ["index", "1", "2", hashlib.sha256(data).hexdigest(), hashlib.md5(data).hexdigest()]
     assert all("" not in r for r in records)  # '-' stands for none: no field a split could lose
-    arrays = {(r[1], r[2], r[3]): r for r in records if r[0] == "array"}
+    arrays = {(r[1], r[2], r[3]): r for r in records if r[0] == "array" and r[4] == "-"}
     assert [r[1] for r in records if r[0] == "case"] == [e["id"] for e in manifest["cases"]]
     for entry in manifest["cases"]:
         spec = ops.get(entry["op"])
@@ -61,7 +66,27 @@ def test_the_index_carries_every_case_array_option_and_operation(shipped) -> Non
             assert _typed(*options[name]) == value and type(_typed(*options[name])) is type(value)
         wanted = [("input", n, a) for n, a in case.inputs.items()]
         wanted += [(k, n, a) for n, e in case.expected.items() for k, a in (("expected", e.array), ("bound", e.bound))]
-        assert len([k for k in arrays if k[0] == entry["id"]]) == len(wanted)
+        # a flagged case's other conventions (attention_ports/conventions.py); its zeros are the own files
+        # (outputs every convention shares, self-attention's q, k, v, point at the own files)
+        metas = entry.get("masked_query", {}).get("expected", {})
+        others = [
+            (c, n, e)
+            for c, by in case.conventions.items()
+            if c != "zeros"
+            for n, e in by.items()
+            if metas[c][n]["file"].endswith(f".{c}.npy")
+        ]
+        wanted_conv = [(c, k, n, a) for c, n, e in others for k, a in (("expected", e.array), ("bound", e.bound))]
+        conv_rows = {(r[1], r[4], r[2], r[3]): r for r in records if r[0] == "array" and r[4] != "-"}
+        assert sorted(k[1:] for k in conv_rows if k[0] == entry["id"]) == sorted(
+            (c, k, n) for c, k, n, _ in wanted_conv
+        )
+        for conv, kind, name, array in wanted_conv:
+            row = conv_rows[(entry["id"], conv, kind, name)]
+            assert row[6] == "float64" and row[7] == "[" + ",".join(map(str, array.shape)) + "]"
+            assert row[8].endswith(f"{kind}.{name}.{conv}.npy") and row[9] == hashlib.sha256(files[row[8]]).hexdigest()
+        own = [(r[1], r[2], r[3]) for r in records if r[0] == "array" and r[1] == entry["id"] and r[4] == "-"]
+        assert len(own) == len(wanted)
         for kind, name, array in wanted:
             _, _, _, _, convention, layout, dtype, shape, rel, sha, md5 = arrays[(entry["id"], kind, name)]
             assert convention == "-" and layout == spec.role(name).value
