@@ -74,9 +74,10 @@ def _case_seed(global_seed: int, case_id: str) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def load_catalogue(path: Path) -> Catalogue:
+def load_catalogue(path: Path, max_elements: int = validate.MAX_CATALOGUE_ELEMENTS) -> Catalogue:
     """Read and validate a catalogue (attention_ports/validate.py: a regular file of bounded size,
-    every field of its type); any problem is a CatalogueError naming the case and the field."""
+    every field of its type); any problem is a CatalogueError naming the case and the field.
+    ``max_elements``: the most one generated input may have (the scale tier's are larger)."""
     raw_bytes = validate.read_regular_file(path, validate.MAX_CATALOGUE_BYTES, CatalogueError, "catalogue")
     try:
         raw = tomllib.loads(raw_bytes.decode())
@@ -96,7 +97,7 @@ def load_catalogue(path: Path) -> Catalogue:
     unknown_top = set(raw) - {"format_version", "seed", "case", "coverage"}
     if unknown_top:
         raise CatalogueError(f"{path}: unknown top-level keys {sorted(unknown_top)}")
-    _check_types(raw, path)
+    _check_types(raw, path, max_elements)
     cases = []
     seen: set[str] = set()
     for i, entry in enumerate(raw.get("case", [])):
@@ -110,7 +111,7 @@ def load_catalogue(path: Path) -> Catalogue:
     return Catalogue(path=path, seed=seed, cases=tuple(cases), sha256=hashlib.sha256(raw_bytes).hexdigest())
 
 
-def _check_types(raw: dict[str, Any], path: Path) -> None:
+def _check_types(raw: dict[str, Any], path: Path, max_elements: int = validate.MAX_CATALOGUE_ELEMENTS) -> None:
     """Every field of its type (validate.CATALOGUE_SCHEMA) and every generated input of bounded size."""
 
     def where(p: list[Any]) -> str:
@@ -129,10 +130,10 @@ def _check_types(raw: dict[str, Any], path: Path) -> None:
         for name, how in entry.get("inputs", {}).items():
             dims = next((how[k] for k in ("normal", "uniform", "constant", "causal", "padding") if k in how), [])
             count = math.prod(dims) * math.prod(how.get("tile", []))
-            if count > validate.MAX_CATALOGUE_ELEMENTS:
+            if count > max_elements:
                 raise CatalogueError(
                     f"{where(['case', i, 'inputs', name])}: {count} elements, more than the "
-                    f"{validate.MAX_CATALOGUE_ELEMENTS} one generated input may have"
+                    f"{max_elements} one generated input may have"
                 )
 
 

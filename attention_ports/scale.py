@@ -64,6 +64,7 @@ CATALOGUE = paths.FIXTURES / "scale.toml"
 ROWS = 64
 WEIGHT_ROWS = 8  # of the ROWS, those whose weights get exact values too (the first, the last, 6 others)
 MAX_WEIGHTS_ELEMENTS = 1 << 27  # 1 GiB of float64 weights per call
+MAX_INPUT_ELEMENTS = 1 << 28  # one generated input: the L = 16384 causal mask (256 MiB of bool)
 MEMORY_FACTOR = 6  # free memory a call needs, in multiples of its weights' size
 FULL_OUTPUTS = {
     "scaled_dot_product_attention": ("output",),
@@ -82,7 +83,7 @@ ROW_OUTPUTS = {
 def load_cases(globs: Iterable[str] = (), catalogue: Path = CATALOGUE) -> list[CaseSpec]:
     from attention_ports.fixtures import FixtureError
 
-    cases = list(load_catalogue(catalogue).cases)
+    cases = list(load_catalogue(catalogue, MAX_INPUT_ELEMENTS).cases)
     globs = list(globs)
     if globs:
         cases = [c for c in cases if any(fnmatch.fnmatchcase(c.id, g) for g in globs)]
@@ -186,7 +187,7 @@ def _write_cached(folder: Path, truth: Truth) -> None:
 
 def _truth_job(case_id: str, catalogue: str, use_cache: bool, n_rows: int) -> tuple[str, float, bool]:
     """Compute (or find) one case's sampled-row truth; in a pool process. (id, seconds, cached)."""
-    case = next(c for c in load_catalogue(Path(catalogue)).cases if c.id == case_id)
+    case = next(c for c in load_catalogue(Path(catalogue), MAX_INPUT_ELEMENTS).cases if c.id == case_id)
     inputs = build_inputs(case)
     rows = sample_rows(case, n_rows)
     folder = cache_dir() / _truth_key(case, inputs, rows)

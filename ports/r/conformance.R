@@ -366,7 +366,8 @@ local(envir = .conformance, {
       return(list(status = "error", message = paste0(spec$name, ": ", message, printed)))
     }
     names <- text[-(1:4)]
-    header <- as.integer(res[[2L]])
+    # worker.R's .ap_pack header: c(the port's seconds, n outputs, per output type, ndim, dims)
+    header <- as.integer(res[[2L]][-1L])
     outputs <- list()
     h <- 2L
     for (i in seq_len(header[[1L]])) {

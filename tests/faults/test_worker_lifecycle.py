@@ -18,13 +18,16 @@ from attention_ports.registry import create
 from tests.faults.conftest import SOFTMAX, alive, children_of, port, wait_for, zombies
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER_MARK = {"r": "ports.r_worker", "julia": "worker.jl"}
+# How a worker's command line names it; Julia's on a custom system image runs the image's copy of
+# the worker module (ports/julia_sysimage.py ENTRY) instead of the worker.jl file.
+WORKER_MARK = {"r": ("ports.r_worker",), "julia": ("worker.jl", "JuliaPortWorker.serve")}
 
 
 def _worker_of(pid: int, lang: str) -> int | None:
     for child in children_of(pid):
         try:
-            if WORKER_MARK[lang] in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace"):
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace")
+            if any(mark in cmdline for mark in WORKER_MARK[lang]):
                 return child
         except OSError:
             continue
