@@ -48,6 +48,7 @@ against what is left of the body.
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import struct
@@ -384,3 +385,13 @@ def check_header(header: bytes | memoryview, magic: bytes, ident: int, limit: in
     if got_id != ident:
         raise ProtocolError(f"a reply to request {got_id}, expected {ident}")
     return length
+
+
+def consume(views: collections.deque[memoryview], n: int) -> None:
+    """Drop the first ``n`` bytes of ``views`` (what one ``os.writev`` wrote of a frame's parts)."""
+    while n:
+        if n >= len(views[0]):
+            n -= len(views.popleft())
+        else:
+            views[0] = views[0][n:]
+            n = 0

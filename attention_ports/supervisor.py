@@ -699,12 +699,7 @@ class Supervisor:
                 continue
             except (BrokenPipeError, ConnectionResetError):
                 raise _Died from None
-            while n:
-                if n >= len(views[0]):
-                    n -= len(views.popleft())
-                else:
-                    views[0] = views[0][n:]
-                    n = 0
+            protocol.consume(views, n)
 
     def _read_into(self, proc: _Process, view: memoryview, deadline: float) -> None:
         got = 0

@@ -298,12 +298,7 @@ def _send(fd: int, ident: int, body: list[Part]) -> None:
     views = collections.deque(memoryview(p).cast("B") for p in protocol.frame(protocol.REPLY_MAGIC, ident, body))
     while views:
         n = os.writev(fd, list(views)[:512])
-        while n:
-            if n >= len(views[0]):
-                n -= len(views.popleft())
-            else:
-                views[0] = views[0][n:]
-                n = 0
+        protocol.consume(views, n)
 
 
 def serve(files: Sequence[str], request_fd: int, reply_fd: int) -> None:
