@@ -55,7 +55,7 @@ A_UP = 1 + 2.0**-17
 A_LO = 1 - 2.0**-17
 INFLATE = 1 + 2.0**-30  # the float64 evaluation of non-negative terms
 EXACT_SPREAD = 1 << 22  # terms of the output's softmax spread evaluated one by one (_spread)
-CENTRES = 32  # centres per column for the bounded spread beyond that
+CENTRES = 8  # centres per column for the bounded spread beyond that (each costs one output product)
 BLOCK_ELEMENTS = 1 << 24  # query rows x keys per block (128 MiB per float64 temporary)
 
 
@@ -141,7 +141,7 @@ def attention(
     k_spread_up = _plus(k_spread, k.e)
     v_abs = v.abs_up()
     v_up = _plus(v_abs, v.e)
-    v_centres = np.quantile(v.value, (np.arange(CENTRES) + 0.5) / CENTRES, axis=0)  # (CENTRES, d_v)
+    centred = Centred.of(v) if n_q * n_k * v.value.shape[1] > EXACT_SPREAD else None
     q_abs = q.abs_up()
     out = np.empty((n_q, v.value.shape[1]))
     err = np.empty_like(out)
@@ -200,10 +200,11 @@ def attention(
         y_hat = a_hat @ v.value
         a_all = a_up + e_a
         # |Y^ - Y| before the tight rule is known: the plain product rule, an upper bound of it
-        crude = g_out * (a_all @ v_up) + e_a @ v_up + (0.0 if v.e is None else a_up @ v.e)
-        e_o = _spread(a_eta, mean, v, y_hat, crude, v_centres)
+        rounding = g_out * (a_all @ v_up)  # the product's own rounding (bounds.weighted_values)
+        crude = rounding + e_a @ v_up + (0.0 if v.e is None else a_up @ v.e)
+        e_o = _spread(a_eta, mean, v, y_hat, crude, centred)
         e_o += second * (a_up @ v_abs + np.abs(y_hat) + SAFETY * crude)
-        e_o += ((a_up + norm) * eps) @ v_abs + g_out * (a_all @ v_up)
+        e_o += ((a_up + norm) * eps) @ v_abs + rounding
         if v.e is not None:
             e_o += a_all @ v.e
         err[rows] = np.where(alive[:, None], e_o, 0.0)
@@ -213,7 +214,7 @@ def attention(
 
 
 def _spread(
-    a_eta: np.ndarray, mean: np.ndarray, v: Est, y_hat: np.ndarray, crude: np.ndarray, centres: np.ndarray
+    a_eta: np.ndarray, mean: np.ndarray, v: Est, y_hat: np.ndarray, crude: np.ndarray, centred: Centred | None
 ) -> np.ndarray:
     """An upper bound of ``sum_l A_il eta_il |V_lf - Y_if|`` (bounds.spread), with ``a_eta`` upper
     bounds of A eta, ``mean`` their row sums, V^ and Y^ float64 estimates (|Y - Y^| <= SAFETY
@@ -223,10 +224,9 @@ def _spread(
     the arb rule's value up to the estimates' corrections). Beyond that it costs n_q n_k d
     entrywise operations without BLAS (minutes at L = 16384), so it is bounded instead through a
     centre c: ``|V_l - Y_i| <= |V_l - c| + |c - Y_i|`` gives ``(A eta) |V - c| + rowsum(A eta)
-    |Y_i - c|``, two matrix products, for each of ``CENTRES`` centres per column (V's quantiles),
+    |Y_i - c|``, for each of ``CENTRES`` centres per column (V's quantiles) in one matrix product,
     and each element keeps the least of these valid bounds. The triangle inequality makes it an
-    upper bound of the arb rule, looser by a measured factor (README, the scale tier)."""
-    e_v = 0.0 if v.e is None else SAFETY * v.e
+    upper bound of the arb rule, looser by a measured factor (tests/test_scale.py)."""
     slack = SAFETY * crude
     n_q, n_k = a_eta.shape
     d = y_hat.shape[1]
@@ -235,15 +235,28 @@ def _spread(
         for f in range(d):
             dist = np.abs(v.value[None, :, f] - y_hat[:, f, None]) * (1 + 2 * U) + slack[:, f, None]
             if v.e is not None:
-                dist += e_v[None, :, f]
+                dist += SAFETY * v.e[None, :, f]
             out[:, f] = (a_eta * dist).sum(axis=1)
         return out
-    best = None
-    for c in centres:
-        bound = a_eta @ (np.abs(v.value - c) * (1 + 2 * U) + e_v) + mean * (np.abs(y_hat - c) * (1 + 2 * U) + slack)
-        best = bound if best is None else np.minimum(best, bound)
-    assert best is not None
-    return best
+    assert centred is not None  # made by attention() whenever a block can exceed EXACT_SPREAD
+    through = (a_eta @ centred.distances).reshape(n_q, len(centred.centres), d)
+    through += mean[:, :, None] * (np.abs(y_hat[:, None, :] - centred.centres[None]) * (1 + 2 * U) + slack[:, None, :])
+    return through.min(axis=1)
+
+
+@dataclass
+class Centred:
+    """V's columns seen from ``CENTRES`` centres each: ``distances[:, k d + f]`` bounds |V_lf - c_kf|."""
+
+    centres: np.ndarray  # (CENTRES, d)
+    distances: np.ndarray  # (n_k, CENTRES d)
+
+    @classmethod
+    def of(cls, v: Est) -> Centred:
+        centres = np.quantile(v.value, (np.arange(CENTRES) + 0.5) / CENTRES, axis=0)
+        e_v = 0.0 if v.e is None else SAFETY * v.e
+        distances = np.hstack([np.abs(v.value - c) * (1 + 2 * U) + e_v for c in centres])
+        return cls(centres, distances)
 
 
 def gamma_vec(n: np.ndarray) -> np.ndarray:

@@ -85,8 +85,8 @@ def test_the_bounded_spread_of_large_calls_is_an_upper_bound_and_close(
 ) -> None:
     """Beyond EXACT_SPREAD terms the output's softmax spread is bounded through CENTRES centres
     (scale_bounds._spread): never below the rule evaluated term by term, and close to it (measured
-    at L = 256: median 1.01 to 1.2, 99th percentile 1.04 to 3.3, worst 1.6 to 4.3; asserted with
-    room for other draws)."""
+    at L = 256 with 8 centres: median 1.03 to 2.0, 99th percentile 1.2 to 6.4, worst 3.9 to 12.6;
+    asserted with room for other draws)."""
     inputs, opts = _inputs(op, 96, 16, **kind)
     monkeypatch.setattr(scale_bounds, "EXACT_SPREAD", 1 << 40)
     exact_rule = scale_bounds.compute(op, inputs, opts).full["output"]
@@ -94,7 +94,7 @@ def test_the_bounded_spread_of_large_calls_is_an_upper_bound_and_close(
     bounded = scale_bounds.compute(op, inputs, opts).full["output"]
     ratio = bounded / exact_rule
     assert ratio.min() >= 1.0
-    assert np.median(ratio) <= 1.5 and ratio.max() <= 16
+    assert np.median(ratio) <= 2.5 and ratio.max() <= 32
 
 
 def test_the_scale_catalogue_and_its_sampled_rows() -> None:
