@@ -49,7 +49,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -184,6 +184,25 @@ def _write_cached(folder: Path, truth: Truth) -> None:
         os.replace(work, folder)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+# A worker's per-call limit at this tier: one call at L = 16384 takes R ~30 to 60 s (self-attention
+# cannot be split into query blocks), past the 30 s default that suits the catalogue.
+SCALE_CALL_TIMEOUT = 600.0
+_TIMEOUT_VARS = ("ATTENTION_PORTS_R_TIMEOUT", "ATTENTION_PORTS_JULIA_TIMEOUT")
+
+
+@contextlib.contextmanager
+def _scale_timeouts() -> Iterator[None]:
+    """While a worker is made (its limits are read then): SCALE_CALL_TIMEOUT unless the user set one."""
+    unset = [v for v in _TIMEOUT_VARS if v not in os.environ]
+    for v in unset:
+        os.environ[v] = str(SCALE_CALL_TIMEOUT)
+    try:
+        yield
+    finally:
+        for v in unset:
+            os.environ.pop(v, None)
 
 
 def every_row_bounds(
@@ -573,7 +592,8 @@ def run_tier(
     for name in impl_names:
         runs[name] = []
         try:
-            impl = registry.create(name, ports.get(name))
+            with _scale_timeouts():
+                impl = registry.create(name, ports.get(name))
         except ImplementationUnavailable as exc:
             status = "error" if name in required else "unavailable"
             runs[name] = [Run(name, c.id, status, f"{name} unavailable: {exc}") for c in cases]

@@ -252,3 +252,15 @@ def test_a_call_that_would_not_fit_in_memory_is_skipped_and_fails(small: Path, m
     report = _run(small, ["reference"], case_globs=["small_self"])
     (verdict,) = report.verdicts
     assert verdict.status == "fail" and "GiB available" in verdict.messages[0]
+
+
+def test_workers_get_the_scale_tier_call_limit_unless_the_user_set_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ports import julia_worker, r_adapter
+
+    monkeypatch.delenv("ATTENTION_PORTS_R_TIMEOUT", raising=False)
+    monkeypatch.setenv("ATTENTION_PORTS_JULIA_TIMEOUT", "77")
+    with scale._scale_timeouts():
+        assert r_adapter.limits().timeout == scale.SCALE_CALL_TIMEOUT
+        assert julia_worker.limits().timeout == 77
+    assert r_adapter.limits().timeout == r_adapter.DEFAULT_LIMITS["timeout"]
+    assert julia_worker.limits().timeout == 77
