@@ -282,6 +282,18 @@ def _explain_convention(
     """Say, on each failing output the convention decides, which convention was applied, and which
     one the outputs follow instead when they agree with another everywhere."""
     judged = case.expected_for(convention)
+    # only failing outputs the convention decides, and whose diagnosis (diagnose.py) has not
+    # already said it with the declaration in the port's language
+    noted = [
+        r
+        for r in results
+        if r.status == "fail"
+        and r.output in judged
+        and "masked_query" not in r.diagnosis
+        and any(not _same(judged[r.output], by[r.output]) for by in case.conventions.values())
+    ]
+    if not noted:
+        return  # nothing to say: no other convention is compared
     matches = [
         other
         for other in case.conventions
@@ -301,11 +313,8 @@ def _explain_convention(
             f"  the outputs follow the {other!r} convention instead ({conventions.MEANING[other]}): if that is "
             f"the port's convention, declare it ({conventions.declaration_hint(other)})"
         )
-    for r in results:
-        decided = any(not _same(judged[r.output], by[r.output]) for by in case.conventions.values())
-        # the diagnosis (diagnose.py) may already say it, with the declaration in the port's language
-        if r.status == "fail" and decided and r.output in judged and "masked_query" not in r.diagnosis:
-            r.message += "\n" + "\n".join(lines)
+    for r in noted:
+        r.message += "\n" + "\n".join(lines)
 
 
 def select_entries(fixtures_dir: Path, case_globs: Iterable[str] = ()) -> list[dict[str, Any]]:
