@@ -67,11 +67,10 @@ def failure_details(results: Results) -> str:
     return _text.failure_details(as_report(results))
 
 
-def write_json(results: Results, path: Path, meta: dict[str, Any] | None = None, *, interrupted: bool = False) -> None:
+def write_json(results: Results, path: Path, meta: dict[str, Any] | None = None) -> None:
     report = as_report(results, meta)
     if meta is not None:
         report.meta = meta
-    report.interrupted = report.interrupted or interrupted
     json_report.write_json(report, path)
 
 
