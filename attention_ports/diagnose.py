@@ -191,27 +191,24 @@ def _rounding_sized(ctx: Context) -> bool:
     return bool((np.abs(a[fin] - e[fin]) <= tolerance).all())
 
 
-def _separates(
-    candidate: np.ndarray, actual: np.ndarray, expected: np.ndarray, bound: np.ndarray, residual_bound: np.ndarray
-) -> bool:
+def _separates(candidate: np.ndarray, actual: np.ndarray, expected: np.ndarray, bound: np.ndarray) -> bool:
     """The mistake's result is ``SEPARATION`` times closer to the port's than the expected one is,
-    at the worst element, each distance in units of its own bound (the residual's: the bound the
-    fit was judged with). Elements non-finite in any of the three are the fit's business."""
+    at the worst element, both distances in units of the element's bound: the same yardstick for
+    both explanations. Elements non-finite in any of the three are the fit's business."""
     if candidate.shape != actual.shape or expected.shape != actual.shape:
         return True  # a shape the expected array does not have: no rounding gives it
     fin = np.isfinite(candidate) & np.isfinite(actual) & np.isfinite(expected)
-    if not fin.any():
-        return True
-    tiny = np.finfo(np.float64).tiny
-    residual = float((np.abs(actual[fin] - candidate[fin]) / np.maximum(residual_bound[fin], tiny)).max())
-    observed = float((np.abs(actual[fin] - expected[fin]) / np.maximum(bound[fin], tiny)).max())
-    nonfinite_differs = not agree(expected[~fin], actual[~fin], bound[~fin]).all()
-    return nonfinite_differs or residual * SEPARATION <= observed
+    if not agree(expected[~fin], actual[~fin], bound[~fin]).all() or not fin.any():
+        return True  # a NaN or an infinity out of place: no rounding gives it either
+    unit = np.maximum(bound[fin], np.finfo(np.float64).tiny)
+    residual = float((np.abs(actual[fin] - candidate[fin]) / unit).max())
+    observed = float((np.abs(actual[fin] - expected[fin]) / unit).max())
+    return residual * SEPARATION <= observed
 
 
-def _explains(ctx: Context, candidate: np.ndarray, residual_bound: np.ndarray) -> bool:
+def _explains(ctx: Context, candidate: np.ndarray) -> bool:
     """``_separates`` for the whole output."""
-    return _separates(candidate, ctx.actual, ctx.expected, ctx.bound, residual_bound)
+    return _separates(candidate, ctx.actual, ctx.expected, ctx.bound)
 
 
 # ---------------------------------------------------------------- 1. axes
@@ -225,7 +222,7 @@ def _check_axes(ctx: Context) -> str:
         if perm == tuple(range(exp.ndim)) or exp.transpose(perm).shape != act.shape:
             continue
         candidate, cand_bound = exp.transpose(perm), ctx.bound.transpose(perm)
-        if not _fits_exact(candidate, act, cand_bound) or not _explains(ctx, candidate, cand_bound):
+        if not _fits_exact(candidate, act, cand_bound) or not _explains(ctx, candidate):
             continue
         if exp.shape == act.shape and _fits_exact(exp, exp.transpose(perm), ctx.bound):
             continue  # a symmetric array: its transpose proves nothing
@@ -302,7 +299,7 @@ def _check_masked_query(ctx: Context) -> str:
             result = truth.compute(ctx.case.op, ctx.case.inputs, ctx.case.options, masked_query=convention)
             if ctx.output in result:
                 expected, bound = result[ctx.output]
-                if _fits_exact(expected, ctx.actual, bound) and _explains(ctx, expected, bound):
+                if _fits_exact(expected, ctx.actual, bound) and _explains(ctx, expected):
                     found = convention
                     break
     axis = _QUERY_AXIS[ctx.role]  # type: ignore[index]
@@ -401,8 +398,7 @@ def _fits_variant(ctx: Context, key: str, run: Callable[[], dict[str, np.ndarray
     result = _rerun(ctx.case, key, run)
     if result is None or ctx.output not in result or not _fits(result[ctx.output], ctx.actual, ctx.bound):
         return False
-    candidate = result[ctx.output]
-    return _explains(ctx, candidate, _slack(candidate, ctx.bound))
+    return _explains(ctx, result[ctx.output])
 
 
 def _scale_candidates(case: Case) -> tuple[str, float, list[tuple[str, float, str]]]:
@@ -585,7 +581,7 @@ def _check_constant(ctx: Context) -> str:
         return ""
     fin = np.isfinite(e)
     slack = 4 * abs(c) * ctx.bound + 4 * np.spacing(np.abs(c * e))
-    if not (np.abs(a[fin] - c * e[fin]) <= slack[fin]).all() or not _explains(ctx, c * e, slack):
+    if not (np.abs(a[fin] - c * e[fin]) <= slack[fin]).all() or not _explains(ctx, c * e):
         return ""
     for name, value, cause in _constants(ctx.case):
         if math.isclose(c, value, rel_tol=1e-9):
@@ -604,7 +600,80 @@ def _is_number(text: str) -> bool:
     return True
 
 
-# ---------------------------------------------------------------- 6. off by one query
+# ---------------------------------------------------------------- 6. a softmax over the whole array
+
+# Outputs a softmax over the whole array would scale query by query: the softmax itself, the
+# attention weights (per head: a port calls its softmax once per head) and the attention output.
+_WHOLE_ARRAY_OUTPUTS = {("softmax", "y"), *((op, out) for op in MASKED_OPS for out in ("weights", "output"))}
+
+
+def _check_whole_array(ctx: Context) -> str:
+    """``exp(x) / sum(exp(x))`` over the whole matrix: row i of the result is row i of the per-row
+    softmax times ``c_i = Z_i / Z`` (its own normaliser over the total), so each query's slice is
+    the expected one times its own factor and the factors sum to 1. Fitted per query by least
+    squares, judged like a constant factor (``_check_constant``), and the sum must be 1 to within
+    the factors' own rounding."""
+    axis = _QUERY_AXIS.get(ctx.role) if ctx.role is not None else None
+    e, a = ctx.expected, ctx.actual
+    if (ctx.case.op, ctx.output) not in _WHOLE_ARRAY_OUTPUTS or axis is None or e.shape != a.shape:
+        return ""
+    if not np.array_equal(np.isfinite(e), np.isfinite(a)) or e.shape[axis] < 2:
+        return ""
+    if ctx.role == Role.HEAD_SCORES:  # (h, n_q, n_k): one softmax call per head, or one for all
+        for head in range(e.shape[0]):
+            sub = Context(ctx.case, ctx.output, e[head], ctx.bound[head], a[head], None, ctx.masked_query, Role.SCORES)
+            if not _whole_array_fits(sub, 0):
+                return ""
+    elif not _whole_array_fits(ctx, axis):
+        return ""
+    return _whole_array_line(ctx, axis)
+
+
+def _whole_array_fits(ctx: Context, axis: int) -> bool:
+    e = np.moveaxis(np.nan_to_num(ctx.expected, nan=0.0, posinf=0.0, neginf=0.0), axis, 0)
+    a = np.moveaxis(np.nan_to_num(ctx.actual, nan=0.0, posinf=0.0, neginf=0.0), axis, 0)
+    b = np.moveaxis(ctx.bound, axis, 0)
+    e2, a2, b2 = e.reshape(len(e), -1), a.reshape(len(a), -1), b.reshape(len(b), -1)
+    norm = (e2 * e2).sum(axis=1)
+    live = norm > 0  # a query with no key (all-zero expected) carries no factor: it must stay zero
+    factors = np.where(live, (a2 * e2).sum(axis=1) / np.where(live, norm, 1.0), 0.0)
+    if live.sum() < 2 or np.allclose(factors[live], factors[live][0], rtol=1e-9, atol=0.0):
+        return False  # one factor for every query is a constant (``_check_constant``'s business)
+    candidate = factors[:, None] * e2
+    slack = 4 * np.abs(factors)[:, None] * b2 + 4 * np.spacing(np.abs(candidate)) + np.where(live[:, None], 0.0, b2)
+    if not (np.abs(a2 - candidate) <= slack).all():
+        return False
+    # The factors sum to 1 (the whole array is one distribution), each known to its fit's slack.
+    if abs(float(factors.sum()) - 1.0) > 1e-9 * len(factors):
+        return False
+    shape = lambda x: np.moveaxis(x.reshape(e.shape), 0, axis)  # noqa: E731
+    return _separates(shape(candidate), ctx.actual, ctx.expected, ctx.bound)
+
+
+def _whole_array_line(ctx: Context, axis: int) -> str:
+    unit = "vector" if ctx.role == Role.ROWS else "query"
+    word = ctx.port_axis_word(axis) if ctx.expected.ndim == 2 else unit
+    n = ctx.expected.shape[axis]
+    if ctx.language == "R":
+        idiom = "e / sum(e) where e / rowSums(e) is meant"
+    elif ctx.language == "Julia":
+        idiom = "e ./ sum(e) where e ./ sum(e; dims = 1) is meant"
+    else:
+        idiom = "e / e.sum() where e / e.sum(axis=-1, keepdims=True) is meant"
+    per_head = " (in each head)" if ctx.role == Role.HEAD_SCORES else ""
+    scaled = f"each of its {n} {word}s is the expected {word} times a factor of its own, and the factors sum to 1"
+    if ctx.output == "output":
+        return (
+            f"{ctx.name()}: {scaled}: the attention weights are normalised over the whole score matrix, not per "
+            f"query ({idiom}; the contract wants one softmax per query)"
+        )
+    return (
+        f"{ctx.name()} is normalised over the whole array, not per {unit}{per_head}: {scaled}: the softmax divides "
+        f"by one sum over every element ({idiom}; the contract wants one sum per {unit})"
+    )
+
+
+# ---------------------------------------------------------------- 7. off by one query
 
 
 def _check_row_shift(ctx: Context) -> str:
@@ -625,7 +694,7 @@ def _check_row_shift(ctx: Context) -> str:
         lo_a, hi_a, lo_e, hi_e = (0, n - 1, 1, n) if late else (1, n, 0, n - 1)
         candidate, cand_bound, actual = rows(e, lo_e, hi_e), rows(b, lo_e, hi_e), rows(a, lo_a, hi_a)
         if _fits_exact(candidate, actual, cand_bound) and _separates(
-            candidate, actual, rows(e, lo_a, hi_a), rows(b, lo_a, hi_a), cand_bound
+            candidate, actual, rows(e, lo_a, hi_a), rows(b, lo_a, hi_a)
         ):
             return (
                 f"off by one query: {word} i of {ctx.name()} holds what {word} i{'+' if late else '-'}1 should "
@@ -635,7 +704,7 @@ def _check_row_shift(ctx: Context) -> str:
     return ""
 
 
-# ---------------------------------------------------------------- 7. only where the mask acts
+# ---------------------------------------------------------------- 8. only where the mask acts
 
 
 def _check_mask_rows(ctx: Context) -> str:
@@ -660,6 +729,7 @@ CHECKS: tuple[Callable[[Context], str], ...] = (
     _check_scale,
     _check_mask,
     _check_constant,
+    _check_whole_array,
     _check_row_shift,
     _check_mask_rows,
 )
