@@ -10,7 +10,10 @@ result correctly rounded, so the errors reported are each implementation's true 
   ``nonfinite_mismatches``, and the summary says which kind it is);
 * ``max_rel_err`` and ``max_ulp_err``: relative, and in units in the last place of the expected
   value (``numpy.spacing``), over the finite elements the bound *resolves* (``|expected| > bound``;
-  a value that is zero by symmetry or cancellation has no meaningful relative error);
+  a value that is zero by symmetry or cancellation has no meaningful relative error). The summary
+  says how many elements that is (``resolved``), and the worst element's line gives no relative
+  error for an element outside them, so the two never disagree (issue 19: "max rel err 3.54e-16"
+  under a worst element whose relative error was "inf");
 * ``max_err_over_bound``: the worst ``|actual - expected| / bound``, the fraction of its error
   budget an implementation uses (1 = at the limit); infinite when any element is non-finite where
   it should not be, so no failure can show a small one.
@@ -54,13 +57,22 @@ class Comparison:
     max_err_over_bound: float = 0.0
     finite_err_over_bound: float = 0.0  # the same over the elements where both are finite
     finite_pairs: int = 0  # elements where both values are finite
+    resolved: int = 0  # of which |expected| > bound: the elements max_rel_err and max_ulp_err range over
     nonfinite_mismatches: int = 0  # mismatches where either value is NaN or infinite
     nan_only_expected: tuple[tuple[int, ...], ...] = ()
     nan_only_actual: tuple[tuple[int, ...], ...] = ()
 
     def _finite_summary(self) -> str:
+        if not self.resolved:
+            return f"max abs err {self.max_abs_err:.3g}, no rel err or ulps (no expected value exceeds its bound)"
+        scope = (
+            f"all {self.total} elements"
+            if self.resolved == self.total
+            else f"the {self.resolved} of {self.total} elements with |expected| > bound"
+        )
         return (
-            f"max abs err {self.max_abs_err:.3g}, max rel err {self.max_rel_err:.3g}, max {self.max_ulp_err:.3g} ulps"
+            f"max abs err {self.max_abs_err:.3g}, max rel err {self.max_rel_err:.3g}, max {self.max_ulp_err:.3g} ulps "
+            f"(rel and ulps over {scope})"
         )
 
     def nonfinite_summary(self) -> str:
@@ -103,13 +115,12 @@ class Comparison:
             where = f"  worst at {at(self.worst_index)}: expected {e!r}, actual {a!r}"
             if np.isfinite(e) and np.isfinite(a):
                 abs_err = abs(a - e)
-                rel = abs_err / abs(e) if e != 0.0 else float("inf")
-                ulps = abs_err / float(np.spacing(abs(e)))
                 frac = abs_err / b if b > 0 else float("inf")
-                lines.append(
-                    f"{where}, bound {b:.3g} "
-                    f"(abs err {abs_err:.3g}, rel err {rel:.3g}, {ulps:.3g} ulps, {frac:.3g} x bound)"
-                )
+                if abs(e) > b:  # resolved: the summary's rel and ulps range over it (``compare``)
+                    rel = f"rel err {abs_err / abs(e):.3g}, {abs_err / float(np.spacing(abs(e))):.3g} ulps"
+                else:
+                    rel = "no rel err or ulps: |expected| <= bound"
+                lines.append(f"{where}, bound {b:.3g} (abs err {abs_err:.3g}, {rel}, {frac:.3g} x bound)")
             else:
                 lines.append(f"{where} ({_nonfinite_kind(e, a)})")
         lines.append(f"  {self.summary()}")
@@ -217,6 +228,7 @@ def compare(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> Comp
         max_err_over_bound=_max(frac),
         finite_err_over_bound=_max(frac[both]),
         finite_pairs=int(both.sum()),
+        resolved=int(resolved.sum()),
         nonfinite_mismatches=nonfinite,
         nan_only_expected=tuple(tuple(int(i) for i in p) for p in np.argwhere(nan_e & ~nan_a)),
         nan_only_actual=tuple(tuple(int(i) for i in p) for p in np.argwhere(nan_a & ~nan_e)),

@@ -8,6 +8,15 @@ array must fit that everywhere. The transforms of the exact answer are judged wi
 bounds; a recomputation by the NumPy reference with the bounds widened by float64's own rounding
 (``_fits``). A mistake that fits nowhere gets no line: a wrong hint is worse than none.
 
+A mistake must also explain the numbers better than rounding does (issue 19; the rule and its
+derivation: README, "Bring your own port", when a diagnosis is named). The competing explanation is
+"a correct formulation, rounded at a larger scale than the bound models" (a log-domain softmax
+rounds ``x - lse`` at |x|, not at |x - max|): every element within ``ROUNDING_MULTIPLE`` times its
+bound, or within ``ROUNDING_RELATIVE`` = sqrt(u) of the output's magnitude. A difference that
+small gets no diagnosis at all (``_rounding_sized``); a larger one is blamed on a mistake only
+when the mistake's result leaves at most 1/``SEPARATION`` of the observed error, in units of the
+bound (``_separates``).
+
 Checks, most specific first (the first that fits is the diagnosis):
 
 1. axes: the array is the expected one with its axes permuted (a transpose), whatever the shape
@@ -20,8 +29,10 @@ Checks, most specific first (the first that fits is the diagnosis):
    causal mask off by one diagonal;
 5. constant: the array is a constant multiple of the expected one: names the constant (-1, 2,
    sqrt(2), n, sqrt(d_k), sqrt(d_k/d_model), ...) and a likely cause;
-6. row shift: each query's result one query early or late (an index slip);
-7. mask rows: wrong only in the queries the mask acts on, the others right (no variant above fits).
+6. whole array: a softmax normalised over the whole array instead of per query (per vector):
+   each query's slice is the expected one times its own factor, and the factors sum to 1;
+7. row shift: each query's result one query early or late (an index slip);
+8. mask rows: wrong only in the queries the mask acts on, the others right (no variant above fits).
 
 Nothing here changes a verdict; an exception inside a check only drops that check's hint.
 """
@@ -53,6 +64,17 @@ CONVENTION_OF = {
 # A recomputation by the float64 reference is itself rounded: allow this relative slack on top of
 # four times the element's bound (every shipped bound exceeds one float64 attention's own error).
 REFERENCE_SLACK = 1e-12
+# The rounding alternative a mistake must beat (docs, "When a diagnosis is named"): a correct
+# formulation's error is at most a few times the element's bound (the multiple ``_fits`` allows a
+# recomputation), or, rounded at a larger scale than the bound models, still a tiny fraction of
+# the output: sqrt(u) sits halfway, in orders of magnitude, between rounding (u times a modest
+# condition number) and a wrong formula (an O(1) relative change), and no case's condition number
+# comes near 1/sqrt(u) ~ 6.7e7.
+ROUNDING_MULTIPLE = 4.0
+ROUNDING_RELATIVE = math.sqrt(np.finfo(np.float64).eps)
+# A mistake explains the numbers when its result is at least this many times closer to the port's
+# (worst element, in units of the bound) than the expected result is: it removes 90% of the error.
+SEPARATION = 10.0
 MASKED_OPS = ("scaled_dot_product_attention", "self_attention", "multi_head_attention")
 # Which axis of an output indexes the queries, by layout role (reference layout).
 _QUERY_AXIS = {Role.TOKENS: 0, Role.SCORES: 0, Role.ROWS: 0, Role.HEAD_SCORES: 1}
@@ -120,6 +142,8 @@ def explain(
         masked_query,
         role,
     )
+    if _rounding_sized(ctx):
+        return ""  # rounding within a correct formulation explains it: no mistake is named
     for check in CHECKS:
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -144,8 +168,47 @@ def _fits(candidate: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> bool:
     """``actual`` agrees with a float64 recomputation (rounded itself: widened bounds)."""
     if candidate.shape != actual.shape:
         return False
-    slack = 4 * bound + REFERENCE_SLACK * np.maximum(1.0, np.abs(np.nan_to_num(candidate, posinf=0, neginf=0)))
-    return bool(agree(candidate, actual, slack).all())
+    return bool(agree(candidate, actual, _slack(candidate, bound)).all())
+
+
+def _slack(candidate: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """The bound a float64 recomputation is judged with: four times the element's, plus its own rounding."""
+    return 4 * bound + REFERENCE_SLACK * np.maximum(1.0, np.abs(np.nan_to_num(candidate, posinf=0, neginf=0)))
+
+
+def _rounding_sized(ctx: Context) -> bool:
+    """The difference is one a correct formulation could make: the same shape and the same
+    non-finite pattern, and every finite element within ``ROUNDING_MULTIPLE`` times its bound or
+    within ``ROUNDING_RELATIVE`` of the output's largest expected magnitude."""
+    e, a, b = ctx.expected, ctx.actual, ctx.bound
+    if e.shape != a.shape:
+        return False
+    fin = np.isfinite(e)
+    if not (np.isfinite(a) == fin).all() or not agree(e[~fin], a[~fin], b[~fin]).all():
+        return False
+    scale = float(np.abs(e[fin]).max()) if fin.any() else 0.0
+    tolerance = np.maximum(ROUNDING_MULTIPLE * b[fin], ROUNDING_RELATIVE * scale)
+    return bool((np.abs(a[fin] - e[fin]) <= tolerance).all())
+
+
+def _separates(candidate: np.ndarray, actual: np.ndarray, expected: np.ndarray, bound: np.ndarray) -> bool:
+    """The mistake's result is ``SEPARATION`` times closer to the port's than the expected one is,
+    at the worst element, both distances in units of the element's bound: the same yardstick for
+    both explanations. Elements non-finite in any of the three are the fit's business."""
+    if candidate.shape != actual.shape or expected.shape != actual.shape:
+        return True  # a shape the expected array does not have: no rounding gives it
+    fin = np.isfinite(candidate) & np.isfinite(actual) & np.isfinite(expected)
+    if not agree(expected[~fin], actual[~fin], bound[~fin]).all() or not fin.any():
+        return True  # a NaN or an infinity out of place: no rounding gives it either
+    unit = np.maximum(bound[fin], np.finfo(np.float64).tiny)
+    residual = float((np.abs(actual[fin] - candidate[fin]) / unit).max())
+    observed = float((np.abs(actual[fin] - expected[fin]) / unit).max())
+    return residual * SEPARATION <= observed
+
+
+def _explains(ctx: Context, candidate: np.ndarray) -> bool:
+    """``_separates`` for the whole output."""
+    return _separates(candidate, ctx.actual, ctx.expected, ctx.bound)
 
 
 # ---------------------------------------------------------------- 1. axes
@@ -158,7 +221,8 @@ def _check_axes(ctx: Context) -> str:
     for perm in itertools.permutations(range(exp.ndim)):
         if perm == tuple(range(exp.ndim)) or exp.transpose(perm).shape != act.shape:
             continue
-        if not _fits_exact(exp.transpose(perm), act, ctx.bound.transpose(perm)):
+        candidate, cand_bound = exp.transpose(perm), ctx.bound.transpose(perm)
+        if not _fits_exact(candidate, act, cand_bound) or not _explains(ctx, candidate):
             continue
         if exp.shape == act.shape and _fits_exact(exp, exp.transpose(perm), ctx.bound):
             continue  # a symmetric array: its transpose proves nothing
@@ -235,7 +299,7 @@ def _check_masked_query(ctx: Context) -> str:
             result = truth.compute(ctx.case.op, ctx.case.inputs, ctx.case.options, masked_query=convention)
             if ctx.output in result:
                 expected, bound = result[ctx.output]
-                if _fits_exact(expected, ctx.actual, bound):
+                if _fits_exact(expected, ctx.actual, bound) and _explains(ctx, expected):
                     found = convention
                     break
     axis = _QUERY_AXIS[ctx.role]  # type: ignore[index]
@@ -332,7 +396,9 @@ def _rerun(case: Case, key: str, run: Callable[[], dict[str, np.ndarray]]) -> di
 
 def _fits_variant(ctx: Context, key: str, run: Callable[[], dict[str, np.ndarray]]) -> bool:
     result = _rerun(ctx.case, key, run)
-    return result is not None and ctx.output in result and _fits(result[ctx.output], ctx.actual, ctx.bound)
+    if result is None or ctx.output not in result or not _fits(result[ctx.output], ctx.actual, ctx.bound):
+        return False
+    return _explains(ctx, result[ctx.output])
 
 
 def _scale_candidates(case: Case) -> tuple[str, float, list[tuple[str, float, str]]]:
@@ -515,7 +581,7 @@ def _check_constant(ctx: Context) -> str:
         return ""
     fin = np.isfinite(e)
     slack = 4 * abs(c) * ctx.bound + 4 * np.spacing(np.abs(c * e))
-    if not (np.abs(a[fin] - c * e[fin]) <= slack[fin]).all():
+    if not (np.abs(a[fin] - c * e[fin]) <= slack[fin]).all() or not _explains(ctx, c * e):
         return ""
     for name, value, cause in _constants(ctx.case):
         if math.isclose(c, value, rel_tol=1e-9):
@@ -534,7 +600,80 @@ def _is_number(text: str) -> bool:
     return True
 
 
-# ---------------------------------------------------------------- 6. off by one query
+# ---------------------------------------------------------------- 6. a softmax over the whole array
+
+# Outputs a softmax over the whole array would scale query by query: the softmax itself, the
+# attention weights (per head: a port calls its softmax once per head) and the attention output.
+_WHOLE_ARRAY_OUTPUTS = {("softmax", "y"), *((op, out) for op in MASKED_OPS for out in ("weights", "output"))}
+
+
+def _check_whole_array(ctx: Context) -> str:
+    """``exp(x) / sum(exp(x))`` over the whole matrix: row i of the result is row i of the per-row
+    softmax times ``c_i = Z_i / Z`` (its own normaliser over the total), so each query's slice is
+    the expected one times its own factor and the factors sum to 1. Fitted per query by least
+    squares, judged like a constant factor (``_check_constant``), and the sum must be 1 to within
+    the factors' own rounding."""
+    axis = _QUERY_AXIS.get(ctx.role) if ctx.role is not None else None
+    e, a = ctx.expected, ctx.actual
+    if (ctx.case.op, ctx.output) not in _WHOLE_ARRAY_OUTPUTS or axis is None or e.shape != a.shape:
+        return ""
+    if not np.array_equal(np.isfinite(e), np.isfinite(a)) or e.shape[axis] < 2:
+        return ""
+    if ctx.role == Role.HEAD_SCORES:  # (h, n_q, n_k): one softmax call per head, or one for all
+        for head in range(e.shape[0]):
+            sub = Context(ctx.case, ctx.output, e[head], ctx.bound[head], a[head], None, ctx.masked_query, Role.SCORES)
+            if not _whole_array_fits(sub, 0):
+                return ""
+    elif not _whole_array_fits(ctx, axis):
+        return ""
+    return _whole_array_line(ctx, axis)
+
+
+def _whole_array_fits(ctx: Context, axis: int) -> bool:
+    e = np.moveaxis(np.nan_to_num(ctx.expected, nan=0.0, posinf=0.0, neginf=0.0), axis, 0)
+    a = np.moveaxis(np.nan_to_num(ctx.actual, nan=0.0, posinf=0.0, neginf=0.0), axis, 0)
+    b = np.moveaxis(ctx.bound, axis, 0)
+    e2, a2, b2 = e.reshape(len(e), -1), a.reshape(len(a), -1), b.reshape(len(b), -1)
+    norm = (e2 * e2).sum(axis=1)
+    live = norm > 0  # a query with no key (all-zero expected) carries no factor: it must stay zero
+    factors = np.where(live, (a2 * e2).sum(axis=1) / np.where(live, norm, 1.0), 0.0)
+    if live.sum() < 2 or np.allclose(factors[live], factors[live][0], rtol=1e-9, atol=0.0):
+        return False  # one factor for every query is a constant (``_check_constant``'s business)
+    candidate = factors[:, None] * e2
+    slack = 4 * np.abs(factors)[:, None] * b2 + 4 * np.spacing(np.abs(candidate)) + np.where(live[:, None], 0.0, b2)
+    if not (np.abs(a2 - candidate) <= slack).all():
+        return False
+    # The factors sum to 1 (the whole array is one distribution), each known to its fit's slack.
+    if abs(float(factors.sum()) - 1.0) > 1e-9 * len(factors):
+        return False
+    shape = lambda x: np.moveaxis(x.reshape(e.shape), 0, axis)  # noqa: E731
+    return _separates(shape(candidate), ctx.actual, ctx.expected, ctx.bound)
+
+
+def _whole_array_line(ctx: Context, axis: int) -> str:
+    unit = "vector" if ctx.role == Role.ROWS else "query"
+    word = ctx.port_axis_word(axis) if ctx.expected.ndim == 2 else unit
+    n = ctx.expected.shape[axis]
+    if ctx.language == "R":
+        idiom = "e / sum(e) where e / rowSums(e) is meant"
+    elif ctx.language == "Julia":
+        idiom = "e ./ sum(e) where e ./ sum(e; dims = 1) is meant"
+    else:
+        idiom = "e / e.sum() where e / e.sum(axis=-1, keepdims=True) is meant"
+    per_head = " (in each head)" if ctx.role == Role.HEAD_SCORES else ""
+    scaled = f"each of its {n} {word}s is the expected {word} times a factor of its own, and the factors sum to 1"
+    if ctx.output == "output":
+        return (
+            f"{ctx.name()}: {scaled}: the attention weights are normalised over the whole score matrix, not per "
+            f"query ({idiom}; the contract wants one softmax per query)"
+        )
+    return (
+        f"{ctx.name()} is normalised over the whole array, not per {unit}{per_head}: {scaled}: the softmax divides "
+        f"by one sum over every element ({idiom}; the contract wants one sum per {unit})"
+    )
+
+
+# ---------------------------------------------------------------- 7. off by one query
 
 
 def _check_row_shift(ctx: Context) -> str:
@@ -553,7 +692,10 @@ def _check_row_shift(ctx: Context) -> str:
     base = 1 if ctx.view is not None else 0
     for late in (True, False):
         lo_a, hi_a, lo_e, hi_e = (0, n - 1, 1, n) if late else (1, n, 0, n - 1)
-        if _fits_exact(rows(e, lo_e, hi_e), rows(a, lo_a, hi_a), rows(b, lo_e, hi_e)):
+        candidate, cand_bound, actual = rows(e, lo_e, hi_e), rows(b, lo_e, hi_e), rows(a, lo_a, hi_a)
+        if _fits_exact(candidate, actual, cand_bound) and _separates(
+            candidate, actual, rows(e, lo_a, hi_a), rows(b, lo_a, hi_a)
+        ):
             return (
                 f"off by one query: {word} i of {ctx.name()} holds what {word} i{'+' if late else '-'}1 should "
                 f"({word}s {base + (0 if late else 1)}..{base + n - (2 if late else 1)}): an index shifted by one "
@@ -562,7 +704,7 @@ def _check_row_shift(ctx: Context) -> str:
     return ""
 
 
-# ---------------------------------------------------------------- 7. only where the mask acts
+# ---------------------------------------------------------------- 8. only where the mask acts
 
 
 def _check_mask_rows(ctx: Context) -> str:
@@ -587,6 +729,7 @@ CHECKS: tuple[Callable[[Context], str], ...] = (
     _check_scale,
     _check_mask,
     _check_constant,
+    _check_whole_array,
     _check_row_shift,
     _check_mask_rows,
 )

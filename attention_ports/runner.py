@@ -154,15 +154,19 @@ class CaseResult:
         # One line per distinct problem: a fixture error or a raised port is the same for every output.
         lines = list(dict.fromkeys(o.message for o in self.outputs if o.status != "pass" and o.message))
         if self.status in FAILING and self.reason:
-            lines.append(case_note(self.reason, self.flags))
+            lines.append(case_note(self.reason, self.flags, diagnosed=any(o.diagnosis for o in self.outputs)))
         if self.repro and self.status in FAILING:
             lines.append(f"  repro: {self.repro}")
         return "\n".join(lines)
 
 
-def case_note(reason: str, flags: tuple[str, ...]) -> str:
-    """The catalogue's word on why a case exists, under its failure (it often explains it)."""
-    return f"  this case: {reason}" + (f" [flags: {', '.join(flags)}]" if flags else "")
+def case_note(reason: str, flags: tuple[str, ...], diagnosed: bool = False) -> str:
+    """The catalogue's word on what a case tests, under its failure. It is the case's purpose, not a
+    finding: "exp overflows unless the row maximum is subtracted" is why the case exists, and a port
+    that subtracts it may fail there for another reason (issue 19). Only a diagnosis, tested on the
+    numbers (attention_ports/diagnose.py), says what went wrong; without one the note says so."""
+    label = "what this case tests" if diagnosed else "what this case tests (its purpose, not a diagnosis)"
+    return f"  {label}: {reason}" + (f" [flags: {', '.join(flags)}]" if flags else "")
 
 
 def repro_command(impl: str, case: str, port: Path | None, fixtures_dir: Path | None = None) -> str:

@@ -46,8 +46,12 @@ def test_message_names_case_output_count_worst_element_bound_and_errors() -> Non
         "  worst at [1, 2]: expected 2.0, actual 2.5, bound 1e-12 "
         "(abs err 0.5, rel err 0.25, 1.13e+15 ulps, 5e+11 x bound)"
     )
-    # rel and ulps cover only elements the bound resolves: the zero-expected one has neither.
-    assert lines[2] == "  max abs err 0.5, max rel err 0.25, max 1.13e+15 ulps, worst 5e+11 x bound"
+    # rel and ulps cover only elements the bound resolves, and the summary says how many (issue 19):
+    # the zero-expected one has neither.
+    assert lines[2] == (
+        "  max abs err 0.5, max rel err 0.25, max 1.13e+15 ulps "
+        "(rel and ulps over the 1 of 12 elements with |expected| > bound), worst 5e+11 x bound"
+    )
     assert len(lines) == 3
 
 
@@ -60,7 +64,8 @@ def test_passing_message_reports_the_error_budget_used() -> None:
     assert c.max_err_over_bound == 2**-52 / 1e-15
     assert c.describe("c", "o") == (
         "case 'c', output 'o': all 2 elements agree within their error bounds "
-        "(max abs err 2.22e-16, max rel err 2.22e-16, max 1 ulps, worst 0.222 x bound)"
+        "(max abs err 2.22e-16, max rel err 2.22e-16, max 1 ulps (rel and ulps over all 2 elements), "
+        "worst 0.222 x bound)"
     )
 
 
@@ -70,7 +75,17 @@ def test_worst_element_is_ranked_by_excess_over_its_bound() -> None:
     c = compare(expected, actual, np.array([1e-9, 1e-14]))
     # 1e-6 against 1e-9 (excess 1e3) vs 1e-10 against 1e-14 (excess 1e4): the second.
     assert c.worst_index == (1,)
-    assert "worst at [1]: expected 0.0, actual 1e-10, bound 1e-14 (abs err 1e-10, rel err inf" in c.describe("c", "o")
+    lines = c.describe("c", "o").splitlines()
+    # Issue 19: the worst element's line said "rel err inf" over a summary whose max rel err skipped
+    # it without saying so. Now neither gives the zero a relative error, and the summary says why.
+    assert lines[1] == (
+        "  worst at [1]: expected 0.0, actual 1e-10, bound 1e-14 "
+        "(abs err 1e-10, no rel err or ulps: |expected| <= bound, 1e+04 x bound)"
+    )
+    assert lines[2] == (
+        "  max abs err 1e-06, max rel err 1e-09, max 8.8e+06 ulps "
+        "(rel and ulps over the 1 of 2 elements with |expected| > bound), worst 1e+04 x bound"
+    )
 
 
 def test_nan_matches_only_nan_at_the_same_position() -> None:
@@ -158,7 +173,8 @@ def test_a_nan_mismatch_never_summarises_as_infinite_abs_and_zero_rel_error() ->
     assert lines[1] == "  worst at [1, 0]: expected 0.0, actual nan (NaN where a number is expected)"
     assert lines[2] == (
         "  non-finite mismatches: 2 NaN where a number is expected; where both are finite: "
-        "max abs err 1.11e-16, max rel err 2.22e-16, max 1 ulps, worst 0.111 x bound"
+        "max abs err 1.11e-16, max rel err 2.22e-16, max 1 ulps "
+        "(rel and ulps over the 2 of 4 elements with |expected| > bound), worst 0.111 x bound"
     )
     assert "max abs err inf" not in c.describe("c", "o")
     only_nan = compare(np.array([np.nan, 1.0]), np.array([0.0, np.inf]), np.zeros(2))
@@ -191,6 +207,12 @@ def test_rel_and_ulp_errors_cover_only_elements_the_bound_resolves() -> None:
     assert c.ok
     assert c.max_abs_err == 2**-51 and c.max_rel_err == 2**-52 and c.max_ulp_err == 1.0
     assert np.isclose(c.max_err_over_bound, 2**-51 / 1e-15)
+    assert c.resolved == 1
+    assert "(rel and ulps over the 1 of 3 elements with |expected| > bound)" in c.summary()
+    none = compare(np.zeros(2), np.array([1e-10, 0.0]), np.full(2, 1e-14))
+    assert none.summary() == (
+        "max abs err 1e-10, no rel err or ulps (no expected value exceeds its bound), worst 1e+04 x bound"
+    )
 
 
 def test_minus_zero_equals_zero() -> None:

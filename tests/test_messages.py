@@ -14,7 +14,7 @@ import pytest
 
 from attention_ports import language
 from attention_ports.fixtures import REPO_FIXTURES
-from attention_ports.runner import CaseResult, run_suite
+from attention_ports.runner import CaseResult, OutputResult, run_suite
 from tests.faults.conftest import check_runtime
 
 PORTS = Path(__file__).resolve().parent / "data" / "ports"
@@ -45,12 +45,26 @@ def test_julia_failures_read_in_julias_layout_1_based_reference_second() -> None
 def test_a_failure_carries_the_cases_reason_and_flags() -> None:
     results = run("r", PORTS / "r" / "output_row_shift.R", ["sdpa_nq3_nk7_dk5_dv2"])
     message = results["sdpa_nq3_nk7_dk5_dv2"].message()
-    note = (
-        "  this case: n_q != n_k and d_k != d_v: every axis has a different length, so any transpose or swap "
-        "fails [flags: random, non_square]"
+    note = (  # what the case is for, not why this port failed: the diagnosis (a row shift) says that
+        "  what this case tests: n_q != n_k and d_k != d_v: every axis has a different length, so any transpose "
+        "or swap fails [flags: random, non_square]"
     )
     assert note in message.splitlines()
     assert message.splitlines()[-1].startswith("  repro: attention-ports verify --impl r --case sdpa_nq3_nk7_dk5_dv2")
+
+
+def test_a_cases_reason_is_its_purpose_not_a_finding_unless_a_diagnosis_speaks() -> None:
+    # Issue 19: a correct log-domain port failing softmax_large_logits was shown "this case: ... exp
+    # overflows unless the row maximum is subtracted first", a bug it does not have.
+    reason = "Scores of order 1e3: exp overflows unless the row maximum is subtracted first (seed 002's softmax fails)"
+    failing = OutputResult("julia", "softmax_large_logits", "y", "fail", message="case 'softmax_large_logits' ...")
+    failing.reason, failing.flags = reason, ("random", "stability")
+    r = CaseResult("julia", "softmax_large_logits", "softmax", outputs=[failing])
+    assert r.message().splitlines()[-1] == (
+        f"  what this case tests (its purpose, not a diagnosis): {reason} [flags: random, stability]"
+    )
+    failing.diagnosis = "y is normalised over the whole array, not per vector: ..."
+    assert r.message().splitlines()[-1] == f"  what this case tests: {reason} [flags: random, stability]"
 
 
 def test_an_output_not_returned_is_missing_and_the_others_are_still_judged() -> None:

@@ -156,7 +156,7 @@ def test_junit_has_one_testcase_per_implementation_and_case(report: Report, tmp_
         "case 'sdpa_causal_additive', output 'output': 28 of 32 elements (87.5%) differ beyond their error bounds"
     )
     assert "  diagnosis: wrong only in the queries" in failure.text
-    assert "  this case: The same causal mask in additive form" in failure.text
+    assert "  what this case tests: The same causal mask in additive form" in failure.text
     assert r_suite[MISSING].find("skipped") is not None
     assert r_suite[PASSING].find("failure") is None and r_suite[PASSING].find("skipped") is None
     props = {p.get("name"): p.get("value") for p in r_suite[FAILING].iter("property")}

@@ -23,6 +23,7 @@ def test_case(impl_name: str, case_id: str, impl: Implementation, port_paths) ->
         pytest.skip(f"{impl_name} port does not define {case.op} (a partial port)")
     problems = [r.message for r in results if r.status != "pass"]
     if problems:
-        problems.append(case_note(case.reason, case.flags))  # why the case exists often explains it
+        diagnosed = any(r.diagnosis for r in results)
+        problems.append(case_note(case.reason, case.flags, diagnosed))  # what the case tests, not a finding
         problems.append(f"repro: {repro_command(impl_name, case_id, port_paths.get(impl_name))}")
         pytest.fail("\n".join(problems), pytrace=False)

@@ -170,7 +170,8 @@ def _failure(report: Report, r: CaseResult) -> str:
     ]
     if r.reason:
         flags = f" [{_e(', '.join(r.flags))}]" if r.flags else ""
-        parts.append(f'<p class="reason">This case: {_e(r.reason)}{flags}</p>')
+        purpose = "" if any(o.diagnosis for o in r.outputs) else " (its purpose, not a diagnosis)"  # runner.case_note
+        parts.append(f'<p class="reason">What this case tests{purpose}: {_e(r.reason)}{flags}</p>')
     for o in r.outputs:
         if o.status == "pass":
             continue
