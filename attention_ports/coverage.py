@@ -9,8 +9,9 @@ catalogue's ``[coverage.not_applicable.<op>]`` (the feature means nothing for th
 group. ``[[coverage.combination]]`` entries name feature pairs that must also meet together in at
 least ``MIN_CASES`` cases (causal SDPA with overflowing logits, ...).
 
-``attention-ports coverage`` prints the matrix as markdown; the README embeds that output between
-the markers below, and a test keeps it current.
+``attention-ports coverage`` prints the matrix as markdown; ``docs/coverage.md`` embeds that output
+between the markers below (``coverage --readme docs/coverage.md`` rewrites it there; any markdown
+file holding both markers works), and a test keeps it current.
 """
 
 from __future__ import annotations
@@ -486,7 +487,7 @@ def update_readme(path: Path, markdown: str) -> None:
 
 
 def embedded_section(readme: str) -> str | None:
-    """The README's generated coverage block (markers included), or None when it has none."""
+    """The generated coverage block of a page (markers included), or None when it has none."""
     start = readme.find(README_BEGIN)
     end = readme.find(README_END)
     if start < 0 or end < start:

@@ -1,4 +1,4 @@
-"""The coverage matrix: computed from the cases, every cell filled twice, the README's copy current."""
+"""The coverage matrix: computed from the cases, every cell filled twice, docs/coverage.md's copy current."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from attention_ports.catalogue import CatalogueError, load_catalogue
 from attention_ports.fixtures import REPO_FIXTURES
 
 CATALOGUE = REPO_FIXTURES / "catalogue.toml"
-README = REPO_FIXTURES.parent / "README.md"
+# The page that embeds the generated matrix (docs/coverage.md; `coverage --readme` rewrites it).
+COVERAGE_PAGE = REPO_FIXTURES.parent / "docs" / "coverage.md"
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +34,31 @@ def test_every_cell_and_combination_has_two_cases(matrix: coverage.Matrix) -> No
     assert matrix.problems() == []
 
 
-def test_the_readme_shows_the_current_matrix(matrix: coverage.Matrix) -> None:
-    embedded = coverage.embedded_section(README.read_text())
-    assert embedded is not None, "README.md has no generated coverage block"
+def test_the_coverage_page_shows_the_current_matrix(matrix: coverage.Matrix) -> None:
+    embedded = coverage.embedded_section(COVERAGE_PAGE.read_text())
+    assert embedded is not None, "docs/coverage.md has no generated coverage block"
     assert embedded == coverage.readme_section(coverage.render_markdown(matrix)), (
-        "README.md's coverage matrix is stale: run `attention-ports coverage --readme README.md`"
+        "docs/coverage.md's coverage matrix is stale: run `attention-ports coverage --readme docs/coverage.md`"
     )
+
+
+def test_cli_readme_rewrites_only_the_generated_block(tmp_path: Path, capsys) -> None:
+    page = tmp_path / "coverage.md"
+    stale = coverage.readme_section("| stale |")
+    page.write_text(f"# Coverage\n\nprose before\n\n{stale}\n\nprose after\n")
+    assert cli.main(["coverage", "--readme", str(page)]) == 0
+    assert f"updated the coverage block of {page}" in capsys.readouterr().out
+    text = page.read_text()
+    markdown = coverage.render_markdown(coverage.build_matrix(CATALOGUE))
+    assert text == f"# Coverage\n\nprose before\n\n{coverage.readme_section(markdown)}\n\nprose after\n"
+
+
+def test_cli_readme_refuses_a_file_without_the_markers(tmp_path: Path) -> None:
+    page = tmp_path / "coverage.md"
+    page.write_text("# Coverage\n\nno block here\n")
+    with pytest.raises(CatalogueError, match="no coverage block"):
+        coverage.update_readme(page, "| x |")
+    assert page.read_text() == "# Coverage\n\nno block here\n"
 
 
 def test_the_stability_flag_is_honest(features_by_case: dict[str, set[str]]) -> None:

@@ -3,7 +3,7 @@
 Every port in tests/faults/ports/{r,julia}/ misbehaves in one way (its header comment says how)
 and runs for real, through the same path a user's port takes (``run_suite`` with ``ports=``, as
 ``attention-ports verify --port NAME=PATH`` does). Limits are short here (``short_limits``) so
-that hangs cost seconds (the defaults are in README.md, "What a port cannot do to you"). Without R or Julia these
+that hangs cost seconds (the defaults are in docs/isolation.md, "Timeouts and limits"). Without R or Julia these
 tests skip locally and fail under CI=true.
 """
 

@@ -1,0 +1,337 @@
+"""The docs: every relative link resolves, every CLI flag is documented, every figure the code can
+produce is checked against the code, and every example run is the real output.
+
+Pages checked: README.md, docs/*.md (not docs/_incoming/, drafts waiting to be placed) and
+ports/CONTRACT.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from attention_ports import cli, mutation, registry
+from attention_ports.catalogue import load_catalogue
+from attention_ports.fixtures import REPO_FIXTURES
+from attention_ports.impl import ImplementationUnavailable
+from tests.conftest import require
+
+REPO = REPO_FIXTURES.parent
+PAGES = sorted([REPO / "README.md", REPO / "ports" / "CONTRACT.md", *(REPO / "docs").glob("*.md")])
+CLI_PAGE = REPO / "docs" / "cli.md"
+README_LIMIT = 15 * 1024  # issue 16: the README is a front door, the rest lives in docs/
+WALKTHROUGH = {"r": REPO / "tests/data/ports/r/walkthrough.R", "julia": REPO / "tests/data/ports/julia/walkthrough.jl"}
+
+
+def _rel(page: Path) -> str:
+    return str(page.relative_to(REPO))
+
+
+def _prose(text: str) -> str:
+    """The text outside fenced code blocks (a link or heading inside one is not one)."""
+    return re.sub(r"^(```|~~~).*?^\1[^\n]*$", "", text, flags=re.M | re.S)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip())  # a link's text only
+    text = re.sub(r"[^\w\- ]", "", text.lower())
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    """Every heading anchor of a markdown page, with GitHub's -1, -2 suffixes for repeats."""
+    seen: Counter[str] = Counter()
+    out = set()
+    for line in _prose(page.read_text()).splitlines():
+        m = re.match(r"#{1,6} (.+)", line)
+        if m:
+            slug = _slug(m.group(1))
+            out.add(slug if not seen[slug] else f"{slug}-{seen[slug]}")
+            seen[slug] += 1
+    return out
+
+
+def links(page: Path) -> list[str]:
+    text = re.sub(r"`[^`\n]*`", "", _prose(page.read_text()))  # nor is one in inline code
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_every_relative_link_and_anchor_resolves(page: Path) -> None:
+    broken = []
+    for target in links(page):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto: are not ours to check
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            broken.append(f"{target}: no file {dest}")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target}: no heading with anchor #{anchor} in {_rel(dest)}")
+    assert not broken, f"{_rel(page)} has broken links:\n" + "\n".join(broken)
+
+
+def test_the_anchor_rule_is_githubs() -> None:
+    assert _slug("Generated cases: `verify --random`") == "generated-cases-verify---random"
+    assert _slug("The scale tier: `attention-ports verify --tier scale`") == (
+        "the-scale-tier-attention-ports-verify---tier-scale"
+    )
+    assert _slug("Conventions: a query whose mask removes every key") == (
+        "conventions-a-query-whose-mask-removes-every-key"
+    )
+
+
+def test_the_readme_is_a_front_door() -> None:
+    size = len((REPO / "README.md").read_bytes())
+    assert size <= README_LIMIT, f"README.md is {size} bytes; at most {README_LIMIT}: move detail to docs/"
+
+
+def test_every_docs_page_is_listed_in_the_index() -> None:
+    index = (REPO / "docs" / "index.md").read_text()
+    unlisted = [p.name for p in (REPO / "docs").glob("*.md") if p.name != "index.md" and f"]({p.name})" not in index]
+    assert not unlisted, f"docs/index.md does not list {unlisted}"
+
+
+# --------------------------------------------------------------------------------------------
+# the CLI page
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = cli.build_parser()
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def _section(text: str, command: str) -> str | None:
+    """The text of docs/cli.md's '## `attention-ports COMMAND`' section, up to the next '## '."""
+    m = re.search(rf"^## `attention-ports {re.escape(command)}`\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S)
+    return m.group(1) if m else None
+
+
+@pytest.mark.parametrize("command", sorted(_subcommands()))
+def test_the_cli_page_names_every_flag_help_shows(command: str) -> None:
+    # format_help() is exactly what `attention-ports COMMAND --help` prints
+    shown = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", _subcommands()[command].format_help())) - {"--help"}
+    section = _section(CLI_PAGE.read_text(), command)
+    assert section is not None, f"docs/cli.md has no section '## `attention-ports {command}`'"
+    missing = sorted(f for f in shown if not re.search(rf"{re.escape(f)}(?![\w-])", section))
+    assert not missing, f"docs/cli.md's section on `attention-ports {command}` does not mention {missing}"
+
+
+def _table(text: str, header: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index(header)
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return rows
+
+
+@pytest.mark.parametrize("header", ["| status | meaning |", "| exit code | meaning |"])
+def test_the_readme_and_the_cli_page_say_the_same_statuses_and_exit_codes(header: str) -> None:
+    assert _table((REPO / "README.md").read_text(), header) == _table(CLI_PAGE.read_text(), header)
+
+
+# --------------------------------------------------------------------------------------------
+# figures: every count of cases in the docs is checked against the catalogue, never typed blind
+
+
+def _ops() -> Counter[str]:
+    return Counter(c.op for c in load_catalogue(REPO_FIXTURES / "catalogue.toml").cases)
+
+
+def _flagged(flag: str) -> Counter[str]:
+    return Counter(c.op for c in load_catalogue(REPO_FIXTURES / "catalogue.toml").cases if flag in c.flags)
+
+
+def _mutation_controls() -> int:
+    return sum(m.expect == "passes" for m in mutation.load_mutants())
+
+
+@dataclass(frozen=True)
+class Figure:
+    page: str
+    pattern: str  # a regex over the page's text with runs of whitespace as one space; groups are figures
+    expected: Callable[[], tuple[int, ...]]
+
+
+FIGURES = [
+    Figure("docs/ports.md", r"ok fixtures (\d+) cases in", lambda: (sum(_ops().values()),)),
+    Figure(
+        "docs/ports.md",
+        r"r: (\d+) missing, (\d+) pass",
+        lambda: (sum(_ops().values()) - _ops()["softmax"], _ops()["softmax"]),
+    ),
+    Figure(
+        "docs/fixtures.md",
+        r"(\d+) cases carry the flag: (\d+) in SDPA .*?, (\d+) in self-attention .*? and (\d+) in multi-head attention",
+        lambda: (
+            sum(_flagged("masked_query").values()),
+            *(_flagged("masked_query")[op] for op in ("scaled_dot_product_attention", "self_attention")),
+            _flagged("masked_query")["multi_head_attention"],
+        ),
+    ),
+    Figure("docs/findings.md", r"fails \d+ of the (\d+) softmax cases", lambda: (_ops()["softmax"],)),
+    Figure("docs/truth-and-bounds.md", r"the mutation kit's (\d+) controls", lambda: (_mutation_controls(),)),
+]
+# Counts of cases that are not the catalogue's: settings of generated runs, or a run's own output
+# that an example test below checks; (page, the words around the figure).
+OTHER_CASE_COUNTS = {
+    ("docs/generated-cases-and-mutation.md", r"a fixed seed \(\d+\) and 90 cases per"),
+    ("docs/generated-cases-and-mutation.md", r"and 180 cases"),
+    ("docs/generated-cases-and-mutation.md", r"runs of 600 cases per"),
+    ("docs/cli.md", r"fewer than 2 cases"),
+    ("docs/generated-cases-and-mutation.md", r"caught by >= 2 cases"),  # the rule, mutation.MIN_KILLS
+}
+
+
+def _flat(page: str) -> str:
+    return re.sub(r"\s+", " ", (REPO / page).read_text())
+
+
+@pytest.mark.parametrize("figure", FIGURES, ids=lambda f: f"{f.page}:{f.pattern[:30]}")
+def test_a_figure_in_the_docs_is_the_codes(figure: Figure) -> None:
+    m = re.search(figure.pattern, _flat(figure.page))
+    assert m is not None, f"{figure.page} no longer says /{figure.pattern}/: update FIGURES in tests/test_docs.py"
+    got = tuple(int(g) for g in m.groups())
+    assert got == figure.expected(), f"{figure.page}: '{m.group(0)}' should read the figures {figure.expected()}"
+
+
+def test_every_count_of_cases_in_the_docs_is_checked() -> None:
+    """A number of cases typed into a page must be one of FIGURES (or named in OTHER_CASE_COUNTS)."""
+    unchecked = []
+    for page in PAGES:
+        rel = _rel(page)
+        if rel == "docs/coverage.md":
+            continue  # generated, and checked by tests/test_coverage.py
+        text = _flat(rel)
+        covered = [m.span() for f in FIGURES if f.page == rel for m in re.finditer(f.pattern, text)]
+        covered += [m.span() for p, pat in OTHER_CASE_COUNTS if p == rel for m in re.finditer(pat, text)]
+        for m in re.finditer(r"\b(\d[\d,]*)(?: [\w-]+){0,2} cases\b", text):
+            if not any(a <= m.start() and m.end() <= b for a, b in covered):
+                unchecked.append(f"{rel}: '{m.group(0)}'")
+    assert not unchecked, "counts of cases no test checks (add them to FIGURES):\n" + "\n".join(unchecked)
+
+
+# --------------------------------------------------------------------------------------------
+# example runs: each `$ attention-ports verify ...` block in the docs is the real output
+
+
+@dataclass(frozen=True)
+class Example:
+    lang: str
+    # the file name the example's command uses, written into a temporary folder where the command
+    # runs; None: the command names a port of the repository and runs at its root
+    port: str | None
+    operations: str | None = None  # replaces the walk-through port's declared operations, if given
+
+
+EXAMPLES = {
+    "$ attention-ports verify --port r=my_port.R --case sdpa_fully_masked_row --case sdpa_L2_d3": Example(
+        "r", "my_port.R", None
+    ),
+    "$ attention-ports verify --port julia=MyPort.jl --case sdpa_fully_masked_row --case sdpa_L2_d3": Example(
+        "julia", "MyPort.jl", None
+    ),
+    "$ attention-ports verify --port r=my_port.R --quiet": Example("r", "my_port.R", 'c("softmax")'),
+    "$ attention-ports verify --random 50 --seed 3 --port r=tests/data/ports/r/user_sdpa_unscaled.R": Example(
+        "r", None
+    ),
+}
+
+
+def example_blocks() -> list[tuple[str, str, list[str]]]:
+    """(page, command, the lines after it) of every fenced block that starts with `$ attention-ports verify`."""
+    out = []
+    for page in PAGES:
+        for m in re.finditer(r"^```\w*\n(\$ attention-ports verify[^\n]*)\n(.*?)^```", page.read_text(), re.M | re.S):
+            out.append((_rel(page), m.group(1), m.group(2).splitlines()))
+    return out
+
+
+def _matches(doc: list[str], actual: list[str]) -> bool:
+    """Doc lines against the real ones, in order: a line '...' stands for any run of lines, '...'
+    inside a line for any text; every other line is the real line."""
+    if not doc:
+        return not actual
+    if doc[0].strip() == "...":
+        return any(_matches(doc[1:], actual[i:]) for i in range(len(actual) + 1))
+    if not actual:
+        return False
+    pattern = ".*".join(re.escape(part) for part in doc[0].split("..."))
+    return re.fullmatch(pattern, actual[0]) is not None and _matches(doc[1:], actual[1:])
+
+
+def _run_example(command: str, example: Example, folder: Path) -> tuple[list[str], int]:
+    try:
+        registry.create(example.lang).close()
+    except ImplementationUnavailable as exc:
+        require(example.lang, str(exc))
+    if example.port is None:
+        folder = REPO
+    else:
+        _write_port(example, folder)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    argv = command.removeprefix("$ attention-ports ").split()
+    proc = subprocess.run(
+        [sys.executable, "-m", "attention_ports.cli", *argv], cwd=folder, env=env, capture_output=True, text=True
+    )
+    # repro lines name the port by the path given, or by its absolute path: show it as given
+    out = proc.stdout.replace(f"{folder}{os.sep}", "")
+    return out.rstrip("\n").splitlines(), proc.returncode
+
+
+def _write_port(example: Example, folder: Path) -> None:
+    assert example.port is not None
+    text = WALKTHROUGH[example.lang].read_text()
+    if example.operations is not None:
+        declared = {"r": r"^attention_ports <- list\(operations = .*\)", "julia": r"^const attention_ports = \(.*\)"}
+        new = {
+            "r": f"attention_ports <- list(operations = {example.operations})",
+            "julia": f"const attention_ports = (operations = {example.operations},)",
+        }
+        text = re.sub(declared[example.lang] + "$", new[example.lang], text, count=1, flags=re.M)
+    (folder / example.port).write_text(text)
+
+
+@pytest.mark.parametrize(("page", "command", "lines"), example_blocks(), ids=lambda v: v if isinstance(v, str) else "")
+def test_an_example_run_in_the_docs_is_the_real_output(
+    page: str, command: str, lines: list[str], tmp_path: Path
+) -> None:
+    assert command in EXAMPLES, f"{page}: the example `{command}` is not run by tests/test_docs.py: add it to EXAMPLES"
+    example = EXAMPLES[command]
+    want_rc = None
+    if len(lines) >= 2 and lines[-2] == "$ echo $?":
+        want_rc, lines = int(lines[-1]), lines[:-2]
+    actual, rc = _run_example(command, example, tmp_path)
+    assert _matches(lines, actual), (
+        f"{page}: the example `{command}` is not what the run prints; it prints:\n" + "\n".join(actual)
+    )
+    if want_rc is not None:
+        assert rc == want_rc, f"{page}: `{command}` exits {rc}, the page says {want_rc}"
+
+
+def test_the_walkthrough_ports_are_the_skeletons_with_two_operations(tmp_path: Path) -> None:
+    """The docs say the walk-through port is `init`'s skeleton with softmax and SDPA filled in."""
+    for lang, name in (("r", "my_port.R"), ("julia", "MyPort.jl")):
+        assert cli.main(["init", lang, str(tmp_path / name)]) == 0
+        skeleton = (tmp_path / name).read_text().replace(str(tmp_path / name), name)
+        port = WALKTHROUGH[lang].read_text()
+        # every stub but the two written is there unchanged
+        stubs = re.findall(r"^(?:function |)(\w+)(?: <- function|\()", skeleton, flags=re.M)
+        for op in set(stubs) - {"softmax", "scaled_dot_product_attention"}:
+            assert f"{op} is not written yet" in port, (lang, op)
+        for op in ("softmax", "scaled_dot_product_attention"):
+            assert f"{op} is not written yet" not in port, (lang, op)
