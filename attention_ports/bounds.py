@@ -143,6 +143,8 @@ from attention_ports import arbmat as am
 U = arb(2.0**-53)
 C_EXP = 4  # ulps of exp / log
 C_SHIFT = 2  # roundings on a shifted score (s - max, then - logsumexp)
+C_IN = 2  # relative perturbation of each softmax input (a score, a logit), in u
+C_LSE = 2  # roundings of a log-domain normaliser lse = max + log(sum), relative to |lse|
 C_DIV = 2  # roundings of the normalisation (a division, or a reciprocal and a product)
 C_LOG = 8  # ulps of the loss's log and final subtraction, relative to |L| + |t_y|
 SCORE_EXTRA = 6  # roundings of the scale beyond the dot product's own
@@ -159,6 +161,8 @@ CONSTANTS = {
     "gamma(n)": "n u / (1 - n u)",
     "C_EXP": C_EXP,
     "C_SHIFT": C_SHIFT,
+    "C_IN": C_IN,
+    "C_LSE": C_LSE,
     "C_DIV": C_DIV,
     "C_LOG": C_LOG,
     "SCORE_EXTRA": SCORE_EXTRA,
@@ -227,18 +231,24 @@ class SoftmaxErr:
     rho: list[list[arb]]  # relative error bounds of each weight (the loss uses its label's)
 
 
-def softmax_row(a: list[arb], t_abs: list[arb], e_s: list[arb] | None, kept: list[bool]) -> dict[str, Any]:
+def softmax_row(
+    a: list[arb], t_abs: list[arb], e_s: list[arb] | None, kept: list[bool], s_abs: list[arb], lse_abs: arb
+) -> dict[str, Any]:
     """One row of the softmax rule: logit bounds eta, eps, R, and the weights' error bounds.
 
     ``a`` are the exact weights (balls), ``t_abs`` bounds on the shifted scores |t_j|, ``e_s``
-    the logit error bounds from the scores (None: exact). Removed keys: weight 0, error 0.
+    the logit error bounds from the scores (None: exact), ``s_abs`` bounds on the scores |S_j|
+    themselves (their relative perturbation, C_IN), ``lse_abs`` on the row's log-sum-exp |lse|
+    (the normaliser's rounding in a log-domain formulation, C_LSE). Removed keys: weight 0, error 0.
     """
     n = sum(kept)
     eta = [
-        ((e_s[j] if e_s is not None else 0) + C_SHIFT * U * t_abs[j] + C_EXP * U) if kept[j] else arb(0)
+        ((e_s[j] if e_s is not None else 0) + C_SHIFT * U * t_abs[j] + C_IN * U * s_abs[j] + C_EXP * U)
+        if kept[j]
+        else arb(0)
         for j in range(len(a))
     ]
-    eps = softmax_eps(n)
+    eps = softmax_eps(n) + C_LSE * U * lse_abs
     mean = sum((a[j] * eta[j] for j in range(len(a)) if kept[j]), arb(0))  # <A, eta>
     # Keys whose weight is below e^-745 even with the logit perturbed: a correct implementation
     # returns 0 or a subnormal there, inside the UNDERFLOW allowance; they do not bound eta.
