@@ -11,8 +11,27 @@ output, a bound ``B`` on ``|computed - exact|`` for a float64 implementation wit
 * an ``exp``/``log`` accurate to ``C_EXP`` ulps (glibc, openlibm, Julia, SLEEF, NumPy's SIMD
   kernels are all within 1-4 ulps);
 * any of the usual formulations: the scale applied to the scores or to q and k, the softmax as
-  ``exp(s - max) / sum`` or times ``1 / sum`` or as ``exp(s - logsumexp)``, the loss as a stable
-  log-softmax or ``-log(probs[label])``.
+  ``exp(s - max) / sum`` or times ``1 / sum``, in the log domain as ``exp(s - lse)`` with
+  ``lse = max + log(sum)`` or as ``exp((s - max) - log(sum))`` (a log-softmax, then exp), or
+  streamed over blocks of keys (a flash kernel's running max and rescaled running sum), the loss
+  as a stable log-softmax, through ``logsumexp(z) - z_y`` or as ``-log(probs[label])``.
+
+**The rule these bounds implement (mixed forward-backward error).** An implementation is correct
+when each operation's result is the exact result at inputs perturbed *relatively* by a few units
+of roundoff each (the scores and logits entering a softmax, the loss's inputs, the parameters and
+activations entering each product), plus the rounding of the result itself, where "the result"
+includes the intermediates a standard formulation exposes (a dot product, the row sum of a
+softmax or its logarithm ``lse``). This is Higham's mixed forward-backward stability (Accuracy
+and Stability of Numerical Algorithms, 2nd ed., 1.5). A rule below therefore bounds, to first
+order, ``sum_k |d y / d x_k| C u |x_k|`` (the componentwise condition of y times C u: the
+inputs' relative perturbations) plus ``C' u |y|`` for each rounded result, and propagates its
+operands' own error bounds; rounding is charged at the magnitude of the operands where a standard
+formulation computes it, never at a smaller quantity that only one formulation forms. Fixing the
+rule, not one formulation: the products' ``gamma(k) |X||W|`` is exactly this for a dot product
+(its backward error); the softmax's ``C_IN u |S_j|`` and ``C_LSE u |lse|`` terms below are its
+instance for a softmax (issue 19: before them, ``exp(s - lse)`` failed 12 cases by up to 31.6x,
+because ``lse`` rounds at ``|lse| ~ |max|``, a relative error common to the whole row that no
+normalisation removes).
 
 Notation: u = 2**-53 (unit roundoff of float64), gamma(n) = n u / (1 - n u), |X| the entrywise
 absolute value, e_X the error bound of a computed X. Products of matrices below are matrix
@@ -41,16 +60,34 @@ operation, plus the propagation of its operands' errors):
 
   - ``eta`` (normalised: the weights still sum to 1) are logit errors, up to a part common to
     the row: the score error ``e_S,j``, the shift's rounding (``C_SHIFT u |t_j|``: ``s - max``,
-    and ``- logsumexp`` in log-domain formulations) and exp's error where the same exponentials
-    are summed (``C_EXP u``)::
+    and the subtraction of ``log(sum)`` or ``lse``, which rounds at ``|s - lse| <= |t_j| + ln n``),
+    the inputs' own relative perturbation (``C_IN u |S_j|``: the mixed rule's backward part, e.g.
+    a flash kernel's ``s log2(e)`` before ``exp2``, with log2(e) itself rounded) and exp's error
+    where the same exponentials are summed (``C_EXP u``)::
 
-        |eta_j| <= eta^_j = e_S,j + C_SHIFT u |t_j| + C_EXP u
+        |eta_j| <= eta^_j = e_S,j + C_SHIFT u |t_j| + C_IN u |S_j| + C_EXP u
 
   - ``eps`` (unnormalised): the sum of n positive terms (gamma(n)), the division or reciprocal
     and product (``C_DIV u``), and in a log-sum-exp formulation the exps of the final weight and
-    of the normaliser (``2 C_EXP u``) and the log and subtraction of ``lse <= ln n``::
+    of the normaliser (``2 C_EXP u``), the log of the sum (``sum <= n``, and the subtraction
+    of ``log(sum) <= ln n``: ``(C_EXP + 1) u ln n``) and the rounding of the normaliser
+    ``lse = max + log(sum)`` itself (``C_LSE u |lse|``: the addition, and a change of base where
+    a kernel keeps lse in base 2). That last error is common to the row, so a softmax ignores it as
+    a logit error, but ``exp(s - lse')`` is never renormalised: every weight is off by the same
+    relative ``u |lse|``, ~1e-13 at scores of 1e3, whatever its own size::
 
-        |eps_j| <= eps = gamma(n) + C_DIV u + 2 C_EXP u + (C_EXP + 1) u ln n
+        |eps| <= eps = gamma(n) + C_DIV u + 2 C_EXP u + (C_EXP + 1) u ln n + C_LSE u |lse|
+
+    A streaming softmax over blocks of keys: a key's ``exp(s_j - m_b)`` rounds at
+    ``|s_j - m_b| <= |t_j|`` (m_b, the running max when it was seen, is at most the row's), and
+    the rescalings ``exp(m_b - m_b')`` telescope to ``exp(m_b - max)``, their arguments summing
+    to at most ``|t_j|``: both inside ``C_SHIFT u |t_j|``. Not charged: each *change* of the
+    running max costs the keys seen before it one exp and one product more (``C_EXP + 1``
+    roundings; a rescale by exactly 1 is exact). They stay inside ``RESOLUTION`` (128 u) while
+    the running max of a row changes fewer than ~25 times; the kit's streaming controls (blocks
+    of 2 and 3 keys, every case) pass with room. A row built to change its running max at every
+    key, over hundreds of keys, is the one standard formulation this rule does not cover by
+    construction.
 
   With A~ = softmax(S + eta), ``dA~_j / d eta_l = A_j ([j = l] - A_l)``, so the exact first-order
   change is bounded by ``A_j ((1 - A_j) eta^_j + sum_{l != j} A_l eta^_l)`` (a dominant weight,
@@ -61,8 +98,8 @@ operation, plus the propagation of its operands' errors):
         N_j     = A_j ((1 - A_j) eta^_j + sum_{l != j} A_l eta^_l + R)      (bounds |A~ - A|)
         e_A,j   = N_j + (A_j + N_j) eps
 
-  Note the ``u |t_j|`` terms: scores of order 1e3 make every correct implementation's weights
-  wrong by ~1e-13 relative. Keys removed by the mask have weight exactly 0 and error 0; keys
+  Note the ``u |t_j|``, ``u |S_j|`` and ``u |lse|`` terms: scores of order 1e3 make every correct
+  implementation's weights wrong by ~1e-13 relative. Keys removed by the mask have weight exactly 0 and error 0; keys
   whose weight is below e^-745 even perturbed are in the UNDERFLOW allowance. The engine refuses
   a row whose ``M + eps`` exceeds ``MAX_FIRST_ORDER`` (2**-20).
 * **Products with softmax weights** keep the weights' structure instead of ``|A|`` times
@@ -96,8 +133,10 @@ operation, plus the propagation of its operands' errors):
 * **Entrywise** ``X - Y``: ``e_X + e_Y + u (|X - Y| + e_X + e_Y)``.
 * **Loss** ``L = -log p_y`` (however computed): ``e_L = rho_y + C_LOG u (|L| + |t_y|)``, with
   ``rho_y = e_p,y / p_y`` the relative error bound of ``p_y`` (softmax rule, its logits being the
-  pooled outputs with their errors): ``-log(p_y (1 + rho)) = L - rho + O(rho^2)``, and the ``log``
-  of a log-sum-exp formulation rounds a value of size at most ``|L| + |t_y|``.
+  pooled outputs with their errors and relative perturbations): ``-log(p_y (1 + rho)) = L - rho +
+  O(rho^2)``, and the ``log`` of a log-sum-exp formulation rounds a value of size at most
+  ``|L| + |t_y|``. ``logsumexp(z) - z_y`` rounds ``lse`` at ``|lse|``: that is the softmax's
+  ``C_LSE u |lse|``, inside ``rho_y``.
 * **Backward**: the reference's analytic gradient is a chain of the operations above (products,
   sums, the softmax backward), propagating the forward errors. The error of d loss/d pooled
   (``probs - onehot``) reaches the gradients exactly as ``sum_c |G_c| e_c`` (the backward is
@@ -143,6 +182,8 @@ from attention_ports import arbmat as am
 U = arb(2.0**-53)
 C_EXP = 4  # ulps of exp / log
 C_SHIFT = 2  # roundings on a shifted score (s - max, then - logsumexp)
+C_IN = 2  # relative perturbation of each softmax input (a score, a logit), in u
+C_LSE = 2  # roundings of a log-domain normaliser lse = max + log(sum), relative to |lse|
 C_DIV = 2  # roundings of the normalisation (a division, or a reciprocal and a product)
 C_LOG = 8  # ulps of the loss's log and final subtraction, relative to |L| + |t_y|
 SCORE_EXTRA = 6  # roundings of the scale beyond the dot product's own
@@ -159,6 +200,8 @@ CONSTANTS = {
     "gamma(n)": "n u / (1 - n u)",
     "C_EXP": C_EXP,
     "C_SHIFT": C_SHIFT,
+    "C_IN": C_IN,
+    "C_LSE": C_LSE,
     "C_DIV": C_DIV,
     "C_LOG": C_LOG,
     "SCORE_EXTRA": SCORE_EXTRA,
@@ -227,18 +270,24 @@ class SoftmaxErr:
     rho: list[list[arb]]  # relative error bounds of each weight (the loss uses its label's)
 
 
-def softmax_row(a: list[arb], t_abs: list[arb], e_s: list[arb] | None, kept: list[bool]) -> dict[str, Any]:
+def softmax_row(
+    a: list[arb], t_abs: list[arb], e_s: list[arb] | None, kept: list[bool], s_abs: list[arb], lse_abs: arb
+) -> dict[str, Any]:
     """One row of the softmax rule: logit bounds eta, eps, R, and the weights' error bounds.
 
     ``a`` are the exact weights (balls), ``t_abs`` bounds on the shifted scores |t_j|, ``e_s``
-    the logit error bounds from the scores (None: exact). Removed keys: weight 0, error 0.
+    the logit error bounds from the scores (None: exact), ``s_abs`` bounds on the scores |S_j|
+    themselves (their relative perturbation, C_IN), ``lse_abs`` on the row's log-sum-exp |lse|
+    (the normaliser's rounding in a log-domain formulation, C_LSE). Removed keys: weight 0, error 0.
     """
     n = sum(kept)
     eta = [
-        ((e_s[j] if e_s is not None else 0) + C_SHIFT * U * t_abs[j] + C_EXP * U) if kept[j] else arb(0)
+        ((e_s[j] if e_s is not None else 0) + C_SHIFT * U * t_abs[j] + C_IN * U * s_abs[j] + C_EXP * U)
+        if kept[j]
+        else arb(0)
         for j in range(len(a))
     ]
-    eps = softmax_eps(n)
+    eps = softmax_eps(n) + C_LSE * U * lse_abs
     mean = sum((a[j] * eta[j] for j in range(len(a)) if kept[j]), arb(0))  # <A, eta>
     # Keys whose weight is below e^-745 even with the logit perturbed: a correct implementation
     # returns 0 or a subnormal there, inside the UNDERFLOW allowance; they do not bound eta.

@@ -245,7 +245,13 @@ class Graph:
             a = [ex[j] / total if kept[j] else zero for j in range(n_cols)]
             out_v.extend(a)
             if self.track:
-                b = bounds.softmax_row(a, [x.abs_upper() for x in t], None if e_rows is None else e_rows[i], kept)
+                # the scores' own sizes and the row's log-sum-exp: where the mixed error rule charges
+                # the inputs' relative perturbation and a log-domain normaliser's rounding
+                s_abs = [row[j].abs_upper() if kept[j] else zero for j in range(n_cols)]
+                lse = (row[p] + total.log()).abs_upper()
+                b = bounds.softmax_row(
+                    a, [x.abs_upper() for x in t], None if e_rows is None else e_rows[i], kept, s_abs, lse
+                )
                 for key in ("err", "norm", "eta"):
                     parts[key].extend(b[key])
                 parts["eps"].append(b["eps"])

@@ -44,6 +44,7 @@ from attention_ports import bounds
 
 U = 2.0**-53
 C_EXP, C_SHIFT, C_DIV = bounds.C_EXP, bounds.C_SHIFT, bounds.C_DIV
+C_IN, C_LSE = bounds.C_IN, bounds.C_LSE
 SAFETY = float(bounds.SAFETY)
 RESOLUTION = 2.0**-46
 UNDERFLOW = 2.0**-1000
@@ -169,16 +170,22 @@ def attention(
             a_hat = np.exp(t_hat)
             total = a_hat.sum(axis=1, keepdims=True)
             a_hat = np.where(alive[:, None], a_hat / total, 0.0)
-        del s_hat
         e_s_max = np.where(kept, e_s, 0.0).max(axis=1, keepdims=True)
         t_up = np.where(kept, np.abs(t_hat) * (1 + 2 * U) + 2 * e_s_max, 0.0)
-        del t_hat
         a_up, a_lo = a_hat * A_UP, a_hat * A_LO
-        # bounds.softmax_row: eta, eps, the second-order R, norm and err
-        eta = np.where(kept, e_s + C_SHIFT * U * t_up + C_EXP * U, 0.0)
-        del e_s
+        # bounds.softmax_row: eta, eps, the second-order R, norm and err. The exact scores' sizes:
+        # |S| <= |S^| + SAFETY e_S (S^ is a correct evaluation); the exact log-sum-exp: the peak is
+        # within max e_S of the exact maximum, and log(total^) within 2^-17 of log(total) (total^'s
+        # relative error is below 2 (M + eps) < 2^-19 once the 2^-20 check below passes)
+        s_up = np.where(kept, np.abs(s_hat) * (1 + 2 * U) + SAFETY * e_s, 0.0)
+        eta = np.where(kept, e_s + C_SHIFT * U * t_up + C_IN * U * s_up + C_EXP * U, 0.0)
+        del e_s, s_up, s_hat, t_hat
         n = kept.sum(axis=1)
+        with np.errstate(divide="ignore"):
+            lse = np.where(alive[:, None], np.abs(peak + np.log(total)), 0.0)
+        lse_up = (lse + SAFETY * e_s_max + 2.0**-17) * (1 + 4 * U)
         eps = (gamma_vec(n) + C_DIV * U + 2 * C_EXP * U + (C_EXP + 1) * U * np.log(np.maximum(n, 1)))[:, None]
+        eps = eps + C_LSE * U * lse_up
         live = kept & ~(t_up - eta > NEGLIGIBLE_LOGIT)
         big = np.where(live, eta, 0.0).max(axis=1, keepdims=True)
         if np.any(big + eps >= MAX_FIRST_ORDER):

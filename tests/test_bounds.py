@@ -69,14 +69,20 @@ def test_large_scores_get_the_bound_every_correct_softmax_needs(case: str, name:
     assert np.max(exp.bound[resolved] / exp.array[resolved]) > floor
 
 
-def test_a_1e_minus_10_relative_error_fails_every_non_degenerate_output() -> None:
-    # The requirement is 1e-9; this keeps a margin of 10 on it, so that a bound that loosens
-    # (a rule losing a cancellation again) is seen before it lets a 1e-9 error through.
+def test_a_3e_minus_10_relative_error_fails_every_non_degenerate_output() -> None:
+    # The requirement is 1e-9; this keeps a margin on it, so that a bound that loosens (a rule
+    # losing a cancellation again) is seen before it lets a 1e-9 error through. Measured: every
+    # output catches 2e-11 except four, the query gradients (w_q, b_q) of
+    # clf_step_shifted_large_logits and clf_step_shifted_underflow_frozen_w_q, which catch 2.63e-10:
+    # their attention logits are ~700 and their keys share a common part of ~16, and a log-domain
+    # softmax (FlashAttention's backward recomputes P = exp(S - lse)) scales each row's weights by
+    # a common 1 + 2u|lse| that dS = A (dA - rowsum(dA A)) no longer cancels, so d_q meets that
+    # common key part (bounds.py, "Softmax"), against gradients that are small beside their terms.
     for case_id, name, exp in ALL:
         if not np.any(np.isfinite(exp.array) & (exp.array != 0)):
             continue
-        res = compare(exp.array, exp.array * (1 + 1e-10), exp.bound)
-        assert not res.ok, f"{case_id}.{name}: a 1e-10 relative error passes every element"
+        res = compare(exp.array, exp.array * (1 + 3e-10), exp.bound)
+        assert not res.ok, f"{case_id}.{name}: a 3e-10 relative error passes every element"
 
 
 # ---------------------------------------------------------------- the analysis where rounding shows

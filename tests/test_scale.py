@@ -37,9 +37,14 @@ def _inputs(
     mask: str | None = None,
     bias: bool = False,
     dead: bool = False,
+    offset: float = 0.0,
     rng: np.random.Generator = RNG,
 ):
     x = [rng.standard_normal((n, d)) for _ in range(3)]
+    # offset: a common part of the keys, which makes every score of a row large (hundreds) with a
+    # spread of a few units: the regime of the scores' relative perturbation and of a log-domain
+    # normaliser's rounding (bounds.C_IN, C_LSE)
+    x[1] = x[1] + offset
     opts: dict = {}
     if op == "scaled_dot_product_attention":
         inputs = {"q": x[0] * 3, "k": x[1], "v": x[2]}
@@ -68,6 +73,8 @@ CASES = [
     ("self_attention", dict()),
     ("multi_head_attention", dict(mask="bool", bias=True)),
     ("multi_head_attention", dict(dead=True, mask="additive")),
+    ("scaled_dot_product_attention", dict(offset=60.0)),
+    ("self_attention", dict(mask="bool", offset=8.0)),
 ]
 
 
