@@ -23,7 +23,7 @@ import pytest
 
 import reference
 from attention_ports import scale, scale_bounds, truth
-from attention_ports.catalogue import load_catalogue
+from attention_ports.catalogue import build_inputs, load_catalogue
 from ports.julia_adapter import PORT as JULIA_PORT
 
 RNG = np.random.default_rng(7)
@@ -208,7 +208,7 @@ def _status(report: scale.Report) -> dict[tuple[str, str], str]:
     return {(v.impl, v.case): v.status for v in report.verdicts}
 
 
-def test_correct_implementations_agree_and_blocks_change_nothing(small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_correct_implementations_agree_and_blocks_keep_every_row_in_place(small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     report = _run(small, ["reference", "torch", "r", "julia"], required={"reference", "torch", "r", "julia"})
     assert set(_status(report).values()) == {"pass"}, [m for v in report.verdicts for m in v.messages]
     assert all(v.rows_over_bound is not None and v.full_over_bound is not None for v in report.verdicts)
@@ -221,7 +221,16 @@ def test_correct_implementations_agree_and_blocks_change_nothing(small: Path, mo
     mha = {r.impl: r for name in ("reference", "julia") for r in blocked.runs[name] if r.case == "small_mha"}
     assert mha["julia"].calls == 6
     whole = next(r for r in report.runs["julia"] if r.case == "small_mha")
-    np.testing.assert_array_equal(mha["julia"].full["output"], whole.full["output"])
+    # Blocks put every row back where it belongs: the blocked and the whole result agree within the
+    # tier's pairwise rule (2B). Not bit for bit: a product over 7 rows may take another BLAS kernel
+    # than one over 40 (on AMD EPYC, OpenBLAS's does: 44 of 320 elements differ by ~1e-16).
+    case = next(c for c in scale.load_cases(["small_mha"], small))
+    inputs = build_inputs(case)
+    bounds, cached = scale.every_row_bounds(case, inputs, scale.sample_rows(case, 6), use_cache=True)
+    assert cached
+    whole.impl = "julia (whole)"
+    agree, _, first = scale.judge_pairs([whole, mha["julia"]], bounds.full)[(whole.impl, "julia")]
+    assert agree, first
 
 
 def _julia_port(tmp_path: Path, name: str, edit: tuple[str, str]) -> Path:
