@@ -208,7 +208,9 @@ def _status(report: scale.Report) -> dict[tuple[str, str], str]:
     return {(v.impl, v.case): v.status for v in report.verdicts}
 
 
-def test_correct_implementations_agree_and_blocks_keep_every_row_in_place(small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_correct_implementations_agree_and_blocks_keep_every_row_in_place(
+    small: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     report = _run(small, ["reference", "torch", "r", "julia"], required={"reference", "torch", "r", "julia"})
     assert set(_status(report).values()) == {"pass"}, [m for v in report.verdicts for m in v.messages]
     assert all(v.rows_over_bound is not None and v.full_over_bound is not None for v in report.verdicts)
