@@ -106,6 +106,23 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+def sleepers(marker: str) -> list[int]:
+    """Live ``sleep`` processes (not zombies) whose one argument starts with ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if len(argv) == 2 and argv[0].endswith(b"sleep") and argv[1].decode(errors="replace").startswith(marker):
+            if state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
 def children_of(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
