@@ -49,11 +49,13 @@ End
   group *before* reaping it (the zombie leader keeps the group id from being reused), so a
   background process the port left behind dies too, even after a clean exit; every child is
   reaped (no zombies). :func:`shutdown_all` kills every live worker group at once without taking
-  any lock: call it from a SIGINT/SIGTERM handler; it also runs at exit. What a port moved out of
-  its worker's group (``setsid``, a double fork, ``nohup ... &`` then ``setsid``) is adopted by
-  this process, a child subreaper on Linux, and killed and reaped with its worker on every one of
-  these paths (:mod:`attention_ports.reaper`: which processes, and its limits). Only SIGKILL of
-  this process leaves a background process behind (only the worker has the parent-death signal).
+  any lock: call it from a SIGINT/SIGTERM handler; it also runs at exit, and
+  :func:`shutdown_on_sigterm` makes a default SIGTERM run it first (the pytest plugin does). What
+  a port moved out of its worker's group (``setsid``, a double fork, ``nohup ... &`` then
+  ``setsid``) is adopted by this process, a child subreaper on Linux, and killed and reaped with
+  its worker on every one of these paths (:mod:`attention_ports.reaper`: which processes, and its
+  limits). Only SIGKILL of this process leaves a background process behind (only the worker has
+  the parent-death signal).
 """
 
 from __future__ import annotations
@@ -231,6 +233,21 @@ def shutdown_all() -> None:
 
 
 atexit.register(shutdown_all)
+
+
+def shutdown_on_sigterm() -> None:
+    """Where SIGTERM still ends this process by default (no handler runs, nor ``atexit``: pytest
+    installs none), have it first kill every worker and what it left behind (:func:`shutdown_all`),
+    then end this process by SIGTERM as before. Does nothing outside the main thread (signals are
+    handled there) or where a handler is installed already (it is the host's to call shutdown_all)."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _shutdown_then_die)
+
+
+def _shutdown_then_die(signum: int, _frame: object) -> None:
+    shutdown_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 class _Output:

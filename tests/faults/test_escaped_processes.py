@@ -131,3 +131,43 @@ def test_no_escaped_process_outlives_a_signal_to_verify(lang: str, how: signal.S
             cli.kill()
             cli.wait()
     assert sleepers(marker) == []
+
+
+def test_no_escaped_process_outlives_a_sigterm_to_pytest(r: str, tmp_path: Path) -> None:
+    """The pytest route: SIGTERM to a pytest session (the plugin's pool of workers; pytest installs
+    no handler of its own) while the port hangs with three sleeps out of its group."""
+    marker, flag = _marker(), tmp_path / "started"
+    argv = ["--pyargs", "attention_ports.conformance", "--port", f"r={port('r', 'escapes_its_group')}"]
+    argv += ["--case", SDPA, "-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
+    session = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *argv],
+        env=_env(marker, flag, ATTENTION_PORTS_R_TIMEOUT="120"),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(Path(f"{flag}{SDPA_OP}").exists, timeout=120, what="the port's sleeps started")
+        assert len(sleepers(marker + SDPA_OP)) == 3
+        session.send_signal(signal.SIGTERM)
+        assert session.wait(timeout=20) == -signal.SIGTERM  # it still ends by SIGTERM, as without the plugin
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait()
+    assert sleepers(marker) == []
+
+
+def test_no_escaped_process_outlives_an_interpreter_that_never_closed_its_port(r: str, tmp_path: Path) -> None:
+    """The library route without close(): the interpreter's exit ends the worker and its leftovers."""
+    marker, flag = _marker(), tmp_path / "started"
+    script = (
+        "import numpy as np\n"
+        "from attention_ports.registry import create\n"
+        f"impl = create('r', {str(port('r', 'escapes_its_group'))!r})\n"
+        "impl.run('softmax', {'x': np.eye(2)}, {})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=_env(marker, flag), capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert Path(f"{flag}{SOFTMAX_OP}").exists()
+    assert sleepers(marker) == []
