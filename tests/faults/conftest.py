@@ -153,8 +153,28 @@ def wait_for(condition, timeout: float = 20.0, what: str = "condition") -> None:
         time.sleep(0.02)
 
 
+# Zombie children this process had when the running test began (see zombies()).
+_ZOMBIES_BEFORE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _zombies_before_the_test() -> None:
+    _ZOMBIES_BEFORE.clear()
+    _ZOMBIES_BEFORE.update(_zombie_children())
+
+
 def zombies() -> list[int]:
-    """Our own children that exited and were never reaped."""
+    """Our own children that exited during this test and were never reaped.
+
+    Those from before the test are not its own: once this process has started a worker it is a
+    child subreaper (attention_ports/reaper.py), so it adopts the orphans of any subprocess an
+    earlier test SIGKILLed (the worker of a killed ``verify``), and cannot tell them from children
+    it started itself, so it never reaps them.
+    """
+    return [pid for pid in _zombie_children() if pid not in _ZOMBIES_BEFORE]
+
+
+def _zombie_children() -> list[int]:
     me, found = os.getpid(), []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
