@@ -205,6 +205,8 @@ class _Spawner:
 _SPAWNER = _Spawner()
 # pid (= process group id) of every live worker, for shutdown_all; plain ints, no locks needed.
 _LIVE: dict[int, str] = {}
+# A forked child (multiprocessing) has no workers: its exit must not kill its parent's.
+os.register_at_fork(after_in_child=_LIVE.clear)
 
 
 def shutdown_all() -> None:
