@@ -21,10 +21,12 @@ Whose is it
 Reaping
   A subreaper must reap the orphans it adopts, but must never reap a child that other code in this
   process waits for (``subprocess.Popen.wait`` would then report exit status 0 for it). So
-  :func:`sweep` reaps (``waitpid`` on one pid) only processes it killed itself and found re-parented
-  to us, recognised by pid *and* start time; a worker itself is reaped by its ``Popen``. An adopted
-  orphan that exits on its own before any sweep sees it stays a zombie until the run ends (it holds
-  no resources but its pid).
+  :func:`sweep` reaps (``waitpid`` on one pid) only processes it chose as above (while alive, when
+  their environment can still be read; or, dead, by the session of a worker not yet reaped) and
+  found re-parented to us, recognised by pid *and* start time; a worker itself is reaped by its
+  ``Popen``. An orphan that left its worker's session and exits on its own before any sweep sees
+  it stays a zombie until the run ends (it holds no resources but its pid), as does any orphan of
+  another program this process runs (no token: never ours to reap).
 
 Limits
   A descendant that both clears its environment (``env -i``) and escapes its worker's tree before
@@ -44,7 +46,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 TOKEN_ENV = "ATTENTION_PORTS_REAP"
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
@@ -187,7 +189,7 @@ def sweep_run(roots: Iterable[int] = (), keep: Iterable[int] = ()) -> list[int]:
     return _sweep(lambda t: t.startswith(prefix), roots, keep)
 
 
-def _sweep(matches, roots: Iterable[int], keep: Iterable[int]) -> list[int]:
+def _sweep(matches: Callable[[str], bool], roots: Iterable[int], keep: Iterable[int]) -> list[int]:
     if not os.path.exists("/proc/self/stat"):
         return []  # not Linux: the process group kill is all there is
     _mine()
@@ -213,7 +215,7 @@ def _sweep(matches, roots: Iterable[int], keep: Iterable[int]) -> list[int]:
         time.sleep(0.005)
 
 
-def _carries(pid: int, matches) -> bool:
+def _carries(pid: int, matches: Callable[[str], bool]) -> bool:
     token = _token_of(pid)
     return token is not None and matches(token)
 
