@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from attention_ports import registry
+from attention_ports import registry, supervisor
 from attention_ports.fixtures import REPO_FIXTURES, iter_entries
 from attention_ports.impl import Implementation, ImplementationUnavailable
 from attention_ports.runner import in_ci
@@ -71,6 +71,9 @@ def port_paths_of(config: pytest.Config) -> dict[str, Path]:
 
 def pytest_configure(config: pytest.Config) -> None:
     port_paths_of(config)  # a bad --port is a usage error before collection, naming the option
+    # pytest leaves SIGTERM at its default: the session (or xdist worker) would die without ending
+    # its R and Julia workers' leftovers (a worker itself dies with us, its escaped children do not)
+    supervisor.shutdown_on_sigterm()
     config.pluginmanager.register(CaseCounter(), "attention-ports-case-counter")
 
 

@@ -49,9 +49,13 @@ End
   group *before* reaping it (the zombie leader keeps the group id from being reused), so a
   background process the port left behind dies too, even after a clean exit; every child is
   reaped (no zombies). :func:`shutdown_all` kills every live worker group at once without taking
-  any lock: call it from a SIGINT/SIGTERM handler; it also runs at exit. A process the port moved
-  into a session of its own (``setsid``) escapes all of this, as do a background process's
-  leftovers when this process is SIGKILLed (only the worker itself has the parent-death signal).
+  any lock: call it from a SIGINT/SIGTERM handler; it also runs at exit, and
+  :func:`shutdown_on_sigterm` makes a default SIGTERM run it first (the pytest plugin does). What
+  a port moved out of its worker's group (``setsid``, a double fork, ``nohup ... &`` then
+  ``setsid``) is adopted by this process, a child subreaper on Linux, and killed and reaped with
+  its worker on every one of these paths (:mod:`attention_ports.reaper`: which processes, and its
+  limits). Only SIGKILL of this process leaves a background process behind (only the worker has
+  the parent-death signal).
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ from typing import Any
 
 import numpy as np
 
-from attention_ports import protocol
+from attention_ports import protocol, reaper
 from attention_ports.impl import ImplementationError, OperationMissing
 from attention_ports.protocol import Arg, Part, ProtocolError, Reply
 
@@ -201,6 +205,8 @@ class _Spawner:
 _SPAWNER = _Spawner()
 # pid (= process group id) of every live worker, for shutdown_all; plain ints, no locks needed.
 _LIVE: dict[int, str] = {}
+# A forked child (multiprocessing) has no workers: its exit must not kill its parent's.
+os.register_at_fork(after_in_child=_LIVE.clear)
 
 
 def shutdown_all() -> None:
@@ -212,6 +218,9 @@ def shutdown_all() -> None:
             os.killpg(pid, signal.SIGKILL)
         except OSError:
             pass
+    # what the workers moved out of their groups (reaper): killed and reaped; the workers themselves
+    # are left to the loop below
+    reaper.sweep_run(roots=pids, keep=pids)
     end = time.monotonic() + 1.0
     for pid in pids:
         while True:
@@ -226,6 +235,21 @@ def shutdown_all() -> None:
 
 
 atexit.register(shutdown_all)
+
+
+def shutdown_on_sigterm() -> None:
+    """Where SIGTERM still ends this process by default (no handler runs, nor ``atexit``: pytest
+    installs none), have it first kill every worker and what it left behind (:func:`shutdown_all`),
+    then end this process by SIGTERM as before. Does nothing outside the main thread (signals are
+    handled there) or where a handler is installed already (it is the host's to call shutdown_all)."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _shutdown_then_die)
+
+
+def _shutdown_then_die(signum: int, _frame: object) -> None:
+    shutdown_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 class _Output:
@@ -298,8 +322,9 @@ class _Died(Exception):
 class _Process:
     """One started worker: its Popen, our ends of its pipes, a pidfd to see it exit."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], request: int, reply: int, output: int) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], request: int, reply: int, output: int, token: str) -> None:
         self.popen, self.request, self.reply = popen, request, reply
+        self.token = token  # its $ATTENTION_PORTS_REAP, inherited by whatever it starts (reaper)
         self.output = _Output(output)
         self.ended = False
         self._pollers: dict[tuple[int, int, bool], select.poll] = {}
@@ -350,7 +375,8 @@ class _Process:
         return True
 
     def end(self) -> int | None:
-        """Kill the whole process group (leftover background processes too), reap, close: the exit code."""
+        """Kill the whole process group (leftover background processes too) and whatever the worker
+        moved out of it (reaper), reap, close: the exit code."""
         if self.ended:
             return self.popen.returncode
         self.ended = True
@@ -359,6 +385,9 @@ class _Process:
                 os.killpg(self.pid, signal.SIGKILL)
             except OSError:  # nothing left in the group
                 pass
+            reaper.sweep(self.token, roots=[self.pid], keep=[self.pid])
+        else:
+            reaper.sweep(self.token)
         try:
             self.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
@@ -391,7 +420,9 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str]) -> _Process:
             fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_SIZE)
         except OSError:  # above /proc/sys/fs/pipe-max-size for an unprivileged user
             pass
-    full_env = {**env, FDS_ENV: f"{request_r},{reply_w}", PARENT_ENV: str(os.getpid())}
+    token = reaper.new_token()
+    reaper.become_subreaper()  # before the first worker: what its descendants orphan comes to us
+    full_env = {**env, FDS_ENV: f"{request_r},{reply_w}", PARENT_ENV: str(os.getpid()), reaper.TOKEN_ENV: token}
     try:
         popen = _SPAWNER.run(
             lambda: subprocess.Popen(
@@ -414,7 +445,7 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str]) -> _Process:
     for fd in ours:
         os.set_blocking(fd, False)
     _LIVE[popen.pid] = argv[0]
-    return _Process(popen, request_w, reply_r, output_r)
+    return _Process(popen, request_w, reply_r, output_r, token)
 
 
 # --- the supervisor -------------------------------------------------------------------------------

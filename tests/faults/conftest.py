@@ -106,6 +106,23 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+def sleepers(marker: str) -> list[int]:
+    """Live ``sleep`` processes (not zombies) whose one argument starts with ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if len(argv) == 2 and argv[0].endswith(b"sleep") and argv[1].decode(errors="replace").startswith(marker):
+            if state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
 def children_of(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -136,8 +153,28 @@ def wait_for(condition, timeout: float = 20.0, what: str = "condition") -> None:
         time.sleep(0.02)
 
 
+# Zombie children this process had when the running test began (see zombies()).
+_ZOMBIES_BEFORE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _zombies_before_the_test() -> None:
+    _ZOMBIES_BEFORE.clear()
+    _ZOMBIES_BEFORE.update(_zombie_children())
+
+
 def zombies() -> list[int]:
-    """Our own children that exited and were never reaped."""
+    """Our own children that exited during this test and were never reaped.
+
+    Those from before the test are not its own: once this process has started a worker it is a
+    child subreaper (attention_ports/reaper.py), so it adopts the orphans of any subprocess an
+    earlier test SIGKILLed (the worker of a killed ``verify``), and cannot tell them from children
+    it started itself, so it never reaps them.
+    """
+    return [pid for pid in _zombie_children() if pid not in _ZOMBIES_BEFORE]
+
+
+def _zombie_children() -> list[int]:
     me, found = os.getpid(), []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -106,3 +106,22 @@ def test_close_is_prompt_and_final(r: str) -> None:
     assert not Path(f"/proc/{pid}").exists()
     with pytest.raises(Exception, match="has been closed"):
         impl.run("softmax", {"x": np.eye(2)}, {})
+
+
+def test_a_forked_child_of_the_run_ends_none_of_its_workers(r: str) -> None:
+    """A child forked from the run (multiprocessing's fork) inherits no workers: its exit, which runs
+    shutdown_all, leaves the run's worker (and its session) alone."""
+    impl = create("r", None)
+    try:
+        pid = impl.supervisor.pid
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child's side
+            supervisor.shutdown_all()  # what its atexit runs
+            os._exit(0)
+        os.waitpid(child, 0)
+        assert alive(pid)
+        got = impl.run("softmax", {"x": np.array([[0.0, 0.0]])}, {})
+        assert got["y"].tolist() == [[0.5, 0.5]]  # exp(0) / (exp(0) + exp(0)), exact
+        assert impl.supervisor.starts == 1
+    finally:
+        impl.close()
