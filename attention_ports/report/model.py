@@ -118,9 +118,10 @@ class Report:
         """The run's one-line verdict, the same in every report (text, markdown, HTML, JUnit).
 
         ``PASS: all N ...`` only when every case asked for ran and agreed; a run with nothing failing
-        but cases that did not run says ``PASS for P of N; ...`` and what did not run; otherwise
-        ``FAIL: ...`` with the failures, the implementations that passed nothing under CI, and what
-        did not run. N counts implementation x case results (cases, with one implementation).
+        but cases that did not run says ``PASS for P of N; ...`` and what did not run (``NOTHING
+        RAN: 0 of N; ...`` when no case ran); otherwise ``FAIL: ...`` with the failures, the
+        implementations that passed nothing under CI, and what did not run. N counts
+        implementation x case results (cases, with one implementation).
         """
         n = len(self.results)
         unit = "implementation x case results" if len(self.impls) > 1 else "cases"
@@ -136,6 +137,8 @@ class Report:
         rest = "; " + ", ".join(skipped) if skipped else ""
         if self.complete:
             return f"PASS: all {n} {unit} agree with the truth"
+        if self.ok and not passed:  # nothing failed because nothing ran: no PASS at all
+            return f"NOTHING RAN: 0 of {n} {unit}{rest}"
         if self.ok:
             return f"PASS for {passed} of {n} {unit}{rest}"
         failed = sum(r.status in FAILING for r in self.results)
