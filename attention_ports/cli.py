@@ -366,6 +366,9 @@ def cmd_verify_random(args: argparse.Namespace) -> int:
             impl.close()
         runs.append(run)
         print(run.summary())
+        if in_ci() and run.ok and run.examples == run.missing:  # the rule of every verify run under CI
+            print(f"CI: no case passed on {name}: refusing to call this run green")
+            status = 1
         if run.first_uncertified:
             print(f"  the first case the truth engine could not certify: {run.first_uncertified}")
         again = f"attention-ports verify --dir {{dir}} --impl {name}" + (
