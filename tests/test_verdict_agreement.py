@@ -191,3 +191,47 @@ def test_verify_pytest_and_the_native_runner_give_one_verdict(
     assert (
         Counts(len(list(suites.iter("testcase"))) - junit_missing - junit_failed, junit_failed, junit_missing) == ours
     )
+
+
+def junit_counts(path: Path) -> tuple[int, int, int]:
+    """(tests, failures + errors, skipped) over every <testcase> of a JUnit file."""
+    cases = list(ET.parse(path).getroot().iter("testcase"))
+    failed = sum(tc.find("failure") is not None or tc.find("error") is not None for tc in cases)
+    return len(cases), failed, sum(tc.find("skipped") is not None for tc in cases)
+
+
+@pytest.mark.parametrize("lang", ["r", "julia"])
+def test_strict_fails_a_missing_case_and_counts_it_once(
+    lang: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # Was: R's runner said "23 passed, 80 failed, 60 missing" of 103 (each missing case counted as
+    # failed too), and Julia's Test summary showed no failure ("Broken") and then exited 1.
+    monkeypatch.delenv("CI", raising=False)
+    port = port_file(lang, "partial", tmp_path)
+    native_junit, verify_json, verify_junit = tmp_path / "native.xml", tmp_path / "v.json", tmp_path / "v.xml"
+    native = subprocess.run(
+        native_command(lang, RUNNERS[lang], port, "--strict", "--junit", str(native_junit), *CASE_ARGS),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    argv = ["verify", "--strict", "--quiet", "--port", f"{lang}={port}", *CASE_ARGS]
+    code = cli.main([*argv, "--json", str(verify_json), "--junit", str(verify_junit)])
+    text_report = capsys.readouterr().out
+    ours = verify_counts(verify_json, lang)
+    n = ours.passed + ours.failed + ours.missing
+    assert ours.passed > 0 and ours.failed == 0 and ours.missing > 0
+    closing = CLOSING.findall(native.stdout)
+    assert closing and Counts(*(int(x) for x in closing[-1][1:])) == ours, native.stdout[-3000:]
+    assert f"{ours.missing} missing, failing under --strict" in native.stdout
+    assert native.returncode == code == 1
+    # The framework's own summary shows the failures that fail the run: testthat's, Julia Test's.
+    if lang == "r":
+        assert f"── {ours.missing}. Failure" in native.stdout, native.stdout[-3000:]
+    else:
+        assert re.search(rf"julia conformance\s*\|\s*{ours.passed}\s+{ours.missing}\s", native.stdout), native.stdout
+    # JUnit, from both: a missing case is a <failure> under --strict, never also a skip.
+    assert junit_counts(native_junit) == junit_counts(verify_junit) == (n, ours.missing, 0)
+    headline = f"FAIL: {ours.passed} of {n} cases pass; {ours.missing} not implemented (failing under --strict)"
+    assert f"verdict: {headline}" in text_report.splitlines()
+    assert json.loads(verify_json.read_text())["summary"]["headline"] == headline
