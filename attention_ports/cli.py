@@ -2,8 +2,10 @@
 
 Exit codes (every command):
 
-  0    agree: everything asked for passed (``check-fixtures``: no drift)
-  1    disagree: a case failed or errored (``check-fixtures``: drift)
+  0    agree: nothing failed (``verify``: cases of an operation a port does not implement are
+       ``missing``, counted apart, and fail only with ``--strict``; ``check-fixtures``: no drift)
+  1    disagree: a case failed or errored, an output was not returned, ``--strict`` and a case
+       missing, or CI=true and an implementation passed zero cases (``check-fixtures``: drift)
   2    bad input or usage: an unknown option, a malformed manifest or catalogue (file and field
        named), a fixture file that fails its checks (``verify`` still runs and reports the other
        cases), a report target that cannot be written (checked before the run)
@@ -41,7 +43,7 @@ from attention_ports.report import (
     write_junit,
     write_markdown,
 )
-from attention_ports.runner import FAILING, in_ci, run_suite
+from attention_ports.runner import in_ci, run_suite
 from attention_ports.targets import TargetError, check_targets
 
 DEFAULT_IMPLS = list(registry.IMPLEMENTATIONS)
@@ -131,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--junit", type=Path, default=None, help="write JUnit XML here (one testcase per impl x case)")
     v.add_argument("--markdown", type=Path, default=None, help="write a markdown summary here (a CI step summary)")
     v.add_argument("--html", type=Path, default=None, help="write one self-contained HTML page with heatmaps here")
-    v.add_argument("--strict", action="store_true", help="missing operations fail too")
+    v.add_argument("--strict", action="store_true", help="missing (not implemented) operations fail too")
     v.add_argument("--quiet", action="store_true", help="no table, only failures and the summary")
     v.add_argument(
         "--sequential",
@@ -280,7 +282,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         )
     signum = state["signum"]
     meta = {"implementations": impls, "ports": {k: str(v) for k, v in ports.items()}}
-    report = Report(results, meta, strict=args.strict, interrupted=signum is not None)
+    report = Report(results, meta, strict=args.strict, interrupted=signum is not None, ci=in_ci())
     if not args.quiet:
         print(table(report))
         print()
@@ -304,12 +306,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if bad_fixtures:
         print(f"bad fixture files in {fixtures_dir} for case(s) {', '.join(bad_fixtures)}: exit {EXIT_BAD_INPUT}")
         return EXIT_BAD_INPUT
-    bad = {r.status for r in results} & (FAILING | ({"missing"} if args.strict else set()))
+    # The report's verdict (model.Report.ok): a failure or error, a missing case under --strict, and
+    # under CI=true an implementation that passed zero cases (the pytest plugin's rule).
+    if report.ci and (empty := report.zero_pass()):
+        print(f"CI: no case passed on {', '.join(empty)}: refusing to call this run green")
     # Partial ports are the user's business; an operation missing from a port we ship is our bug.
     ours_missing = sorted({r.impl for r in results if r.status == "missing" and r.impl not in ports})
     if ours_missing:
         print(f"the shipped port(s) {', '.join(ours_missing)} lack operations: that fails even without --strict")
-    return EXIT_DISAGREE if bad or ours_missing else EXIT_AGREE
+    return EXIT_DISAGREE if not report.ok or ours_missing else EXIT_AGREE
 
 
 def cmd_verify_random(args: argparse.Namespace) -> int:
@@ -361,6 +366,9 @@ def cmd_verify_random(args: argparse.Namespace) -> int:
             impl.close()
         runs.append(run)
         print(run.summary())
+        if in_ci() and run.ok and run.examples == run.missing:  # the rule of every verify run under CI
+            print(f"CI: no case passed on {name}: refusing to call this run green")
+            status = 1
         if run.first_uncertified:
             print(f"  the first case the truth engine could not certify: {run.first_uncertified}")
         again = f"attention-ports verify --dir {{dir}} --impl {name}" + (

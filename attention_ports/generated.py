@@ -154,8 +154,16 @@ class RandomRun:
 
     def summary(self) -> str:
         ops = ", ".join(f"{op} {n}" for op, n in self.by_op.items())
-        verdict = "all pass" if self.ok else f"FAIL ({', '.join(f.case.op for f in self.failures)})"
-        extra = f", {self.missing} missing (operation not defined)" if self.missing else ""
+        # As every report's headline (report/model.py): "all pass" only when every case ran.
+        if not self.ok:
+            verdict = f"FAIL ({', '.join(f.case.op for f in self.failures)})"
+        elif self.examples == self.missing:  # none drawn, or every one of an operation not implemented
+            verdict = "nothing ran"
+        elif self.missing:
+            verdict = f"pass for {self.examples - self.missing} of {self.examples}"
+        else:
+            verdict = "all pass"
+        extra = f", {self.missing} missing (operation not implemented)" if self.missing else ""
         if self.uncertified:
             extra += f", {self.uncertified} drawn case(s) the truth engine could not certify (not judged)"
         return (

@@ -67,8 +67,8 @@ class Implementation(abc.ABC):
     def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
         """Run one operation; raise OperationMissing / ImplementationError, never return junk.
 
-        A result may lack some declared outputs (the judge reports each absent one ``missing``
-        and judges the others), but not all of them: that is an ImplementationError."""
+        A result may lack some of the operation's outputs (the judge fails each absent one and
+        judges the others), but not all of them: that is an ImplementationError."""
 
     def view(self, op: str, output: str) -> PortView | None:
         """How the port sees ``output`` of ``op`` (its name, layout, index base) for messages in its

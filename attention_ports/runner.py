@@ -25,6 +25,11 @@ from attention_ports.supervisor import output_section
 # Worst first when a case's outputs disagree in different ways.
 SEVERITY = {"pass": 0, "missing": 1, "unavailable": 2, "fail": 3, "error": 4}
 FAILING = {"fail", "error"}
+# Cases that did not run, each counted apart from passes and failures: ``missing`` is a case of an
+# operation the implementation does not implement (a partial port: not declared, or not defined by
+# a port without a declaration); ``unavailable`` one whose runtime cannot start. Neither is a pass;
+# ``missing`` fails under --strict, ``unavailable`` when the implementation is required.
+NOT_RUN = {"missing": "not implemented", "unavailable": "unavailable"}
 
 
 def in_ci() -> bool:
@@ -188,10 +193,12 @@ def _default_dir() -> Path:
 def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult]:
     """Run one case on one implementation; one OutputResult per expected output.
 
-    Each output is judged on its own: one the port did not return is ``missing`` while the others
-    are compared. A failing output's message is in the port's own terms (its layout, 1-based
-    positions: ``impl.view``), followed by a diagnosis when a known mistake fits
-    (attention_ports/diagnose.py) and what the port printed.
+    Each output is judged on its own: one the port did not return is a ``fail`` (the operation is
+    implemented, so each of its outputs is owed) while the others are still compared; every output
+    of an operation the implementation does not implement (``OperationMissing``) is ``missing``.
+    A failing output's message is in the port's own terms (its layout, 1-based positions:
+    ``impl.view``), followed by a diagnosis when a known mistake fits (attention_ports/diagnose.py)
+    and what the port printed.
     """
 
     def every(status: str, message: str) -> list[OutputResult]:
@@ -235,9 +242,9 @@ def judge_output(
     """One expected output against what the port returned (``returned``: every output it gave);
     ``exp`` is the expected output under ``convention`` (None: the case has one set of outputs)."""
     res = OutputResult(impl_name, case.id, name, "pass", reason=case.reason, flags=case.flags, masked_query=convention)
-    if name not in returned:
+    if name not in returned:  # the operation ran, so the output is owed: a failure, not a partial port
         got = ", ".join(sorted(returned)) or "nothing"
-        res.status = "missing"
+        res.status = "fail"
         res.message = f"case {case.id!r}, output {name!r}: not returned (the port returned: {got})"
         return res
     actual = np.asarray(returned[name])

@@ -195,8 +195,8 @@ def unpack_results(spec: ops.OpSpec, results: Mapping[str, np.ndarray]) -> Array
 
     Nested results arrive as "outer.inner" (the classifier's "grads.w_q"). A bare array stands for
     an operation's single output; names the operation does not declare are dropped; declared
-    outputs that are absent are left out (the judge reports each ``missing``), but a result with
-    none of them is the port's error.
+    outputs that are absent are left out (the judge fails each and judges the others), but a
+    result with none of them is the port's error.
     """
     wanted = ", ".join(f"{o} = ..." for o in spec.outputs)
     out: Arrays = {}
@@ -210,7 +210,7 @@ def unpack_results(spec: ops.OpSpec, results: Mapping[str, np.ndarray]) -> Array
             )
         if name in spec.outputs or name.split(".", 1)[0] in spec.outputs:
             out[name] = from_julia(array, spec.role(name))
-    if not out:  # some outputs may be absent (each judged missing), but not every one
+    if not out:  # some outputs may be absent (each judged a failure), but not every one
         got = ", ".join(sorted(results)) or "nothing"
         raise ImplementationError(f"{spec.name} returned none of its outputs (it returned: {got}); expected ({wanted})")
     return out

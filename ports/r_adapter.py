@@ -21,8 +21,8 @@ NaN) in a result, is the worker's error naming the element (and the position of 
 declared output that comes back as an R integer or logical vector is an error naming it (the
 contract wants doubles). A bare array is the single declared output; length-1 results without
 ``dim`` are 0-D (1-D where the op declares a vector role). Outputs the op does not declare are
-passed through as float64. Declared outputs the result lacks are left out (the judge reports each
-``missing`` and judges the rest); a result holding none of them is an error. A file that does not
+passed through as float64. Declared outputs the result lacks are left out (the judge fails each
+and judges the rest); a result holding none of them is an error. A file that does not
 load and reads like Julia says so (attention_ports/language.py).
 
 Errors: an R error becomes :class:`ImplementationError` with R's own text, ``Error in <deparsed
@@ -267,7 +267,7 @@ class RImplementation(Implementation):
                 arr = arr - 1
             out[name] = arr
         present = [o for o in spec.outputs if o in out or any(k.startswith(o + ".") for k in out)]
-        if not present:  # some outputs may be absent (each judged missing), but not every one
+        if not present:  # some outputs may be absent (each judged a failure), but not every one
             wanted = ", ".join(f"{o} = ..." for o in spec.outputs)
             raise ImplementationError(
                 f"{spec.name}: the result holds none of its outputs (it has: {', '.join(out) or 'nothing'}); "

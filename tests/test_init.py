@@ -116,13 +116,19 @@ def test_init_refuses_to_overwrite_and_checks_the_extension(lang: str, tmp_path:
 
 
 @pytest.mark.parametrize("lang", skeleton.LANGUAGES)
-def test_a_fresh_skeleton_verifies_as_all_missing(lang: str, tmp_path: Path, capsys) -> None:
+def test_a_fresh_skeleton_verifies_as_all_missing(lang: str, tmp_path: Path, capsys, monkeypatch) -> None:
     path = skeleton.write(lang, tmp_path / FILE[lang])
+    monkeypatch.delenv("CI", raising=False)
     code = cli.main(["verify", "--quiet", "--port", f"{lang}={path}"])
     out = capsys.readouterr().out
     assert f"{lang}: {_n_cases()} missing" in out, out
+    assert f"verdict: NOTHING RAN: 0 of {_n_cases()} cases; {_n_cases()} not implemented" in out, out
     assert code == 0  # a partial port is the author's business ...
     assert cli.main(["verify", "--quiet", "--strict", "--port", f"{lang}={path}"]) == 1  # ... unless --strict
+    # ... or under CI=true, where a run in which the port passed nothing is not green (as in pytest)
+    monkeypatch.setenv("CI", "true")
+    assert cli.main(["verify", "--quiet", "--port", f"{lang}={path}"]) == 1
+    assert f"CI: no case passed on {lang}: refusing to call this run green" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("lang", skeleton.LANGUAGES)

@@ -2,7 +2,7 @@
 
 Every test here names the message a user was given before and pins what they get now: Julia
 shapes and positions in Julia's layout, 1-based; the case's reason under a failure; an output the
-port did not return judged ``missing`` while the others are compared; the port's own call stack
+port did not return judged a failure while the others are compared; the port's own call stack
 (R's and Julia's) without the suite's frames; a hint when a file is given as the wrong language.
 """
 
@@ -67,17 +67,19 @@ def test_a_cases_reason_is_its_purpose_not_a_finding_unless_a_diagnosis_speaks()
     assert r.message().splitlines()[-1] == f"  what this case tests: {reason} [flags: random, stability]"
 
 
-def test_an_output_not_returned_is_missing_and_the_others_are_still_judged() -> None:
-    # was: the whole case an `error`, its output never compared
+def test_an_output_not_returned_fails_and_the_others_are_still_judged() -> None:
+    # was: the whole case an `error`, its output never compared; then `missing`, which let a port
+    # that declares attention and drops its weights pass (issue 19): an implemented operation owes
+    # every output
     results = run("r", PORTS / "r" / "weights_not_returned.R", ["sdpa_L2_d3"])
     r = results["sdpa_L2_d3"]
     by_output = {o.output: o for o in r.outputs}
     assert by_output["output"].status == "pass" and by_output["output"].err_over_bound is not None
-    assert by_output["weights"].status == "missing"
+    assert by_output["weights"].status == "fail"
     assert (
         by_output["weights"].message == "case 'sdpa_L2_d3', output 'weights': not returned (the port returned: output)"
     )
-    assert r.status == "missing"
+    assert r.status == "fail"
 
 
 def test_a_port_returning_none_of_its_outputs_is_an_error() -> None:

@@ -103,8 +103,43 @@ def test_the_table_puts_status_first_and_shows_err_over_bound(report: Report) ->
 
 
 def test_the_summary_says_what_missing_means(report: Report) -> None:
-    assert "r: 1 case(s) missing: operations or outputs the port does not provide" in text.summary_lines(report)
+    lines = text.summary_lines(report).splitlines()
+    assert (
+        "  r: 1 case(s) missing: operations the port does not implement (not declared, or not defined); never a pass"
+        in lines
+    )
     assert "(failures under --strict)" in text.summary_lines(Report(report.results, strict=True))
+    assert lines[-1] == "verdict: FAIL: 1 of 6 implementation x case results fail; 1 not implemented (r)"
+
+
+def test_a_headline_says_pass_only_when_every_case_ran_and_agreed(report: Report) -> None:
+    # Without the failing case: nothing failed, but r's softmax case did not run (not implemented).
+    ran = [r for r in report.results if r.case != FAILING]
+    partial = Report(ran)
+    assert partial.ok and not partial.complete
+    headline = "PASS for 3 of 4 implementation x case results; 1 not implemented (r)"
+    assert partial.headline() == headline
+    assert markdown.render(partial).splitlines()[0] == f"## attention-ports verify: {headline}"
+    assert f'<div class="banner partial">{headline}</div>' in html_page.render(partial)
+    assert {p.get("value") for p in junit.element(partial).iter("property") if p.get("name") == "verdict"} == {headline}
+    assert partial.summary()["headline"] == headline and partial.summary()["ok"] is True
+    # --strict: the case that did not run fails the run, counted once, as missing.
+    strict = Report(ran, strict=True)
+    assert not strict.ok and strict.headline() == (
+        "FAIL: 3 of 4 implementation x case results pass; 1 not implemented (r) (failing under --strict)"
+    )
+    # CI=true: an implementation that passed nothing fails the run though nothing failed.
+    only_missing = [r for r in ran if not (r.impl == "r" and r.case == PASSING)]
+    ci = Report(only_missing, ci=True)
+    assert ci.zero_pass() == ["r"] and not ci.ok
+    assert ci.headline() == (
+        "FAIL: r passed zero cases (CI=true: a run must prove its cases ran); 1 not implemented (r)"
+    )
+    assert Report(only_missing).ok  # locally a partial port is the author's business
+    # Every case ran and agreed: the plain PASS.
+    everything = Report([r for r in ran if r.impl == "reference"])
+    assert everything.complete and everything.headline() == "PASS: all 2 cases agree with the truth"
+    assert '<div class="banner ok">' in html_page.render(everything)
 
 
 # ---------------------------------------------------------------- JSON
@@ -179,7 +214,9 @@ def test_junit_under_strict_fails_a_missing_case_and_survives_control_characters
 def test_markdown_summary_leads_with_the_verdict_and_lists_each_failure(report: Report, tmp_path: Path) -> None:
     doc = markdown.render(report)
     lines = doc.splitlines()
-    assert lines[0] == "## attention-ports verify: FAIL, 1 of 6 failing (implementation x case)"
+    assert lines[0] == (
+        "## attention-ports verify: FAIL: 1 of 6 implementation x case results fail; 1 not implemented (r)"
+    )
     assert "| implementation | pass | fail | error | missing | unavailable |" in lines
     assert "| r | 1 | 1 | 0 | 1 | 0 |" in lines
     row = next(ln for ln in lines if ln.startswith("| r | `sdpa_causal_additive` |"))
@@ -330,8 +367,8 @@ def test_verify_writes_every_report_format(tmp_path: Path, capsys: pytest.Captur
     capsys.readouterr()
     assert json.loads(targets["--json"].read_text())["summary"]["ok"] is True
     assert ET.parse(targets["--junit"]).getroot().get("failures") == "0"
-    assert targets["--markdown"].read_text().startswith("## attention-ports verify: PASS, all 6 agree")
-    assert "PASS: all 6 implementation x case results agree" in targets["--html"].read_text()
+    assert targets["--markdown"].read_text().startswith("## attention-ports verify: PASS: all 6 cases agree")
+    assert "PASS: all 6 cases agree with the truth" in targets["--html"].read_text()
 
 
 def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_in_a_log() -> None:

@@ -28,6 +28,7 @@ h3 { font-size: 15px; margin: 18px 0 6px; }
 .banner { padding: 10px 14px; border-radius: 6px; font-weight: 600; margin: 8px 0 16px; }
 .banner.ok { background: #dafbe1; border: 1px solid #4ac26b; }
 .banner.bad { background: #ffebe9; border: 1px solid #ff8182; }
+.banner.partial { background: #fff8c5; border: 1px solid #d4a72c; }
 table { border-collapse: collapse; margin: 6px 0; }
 th, td { border: 1px solid #d0d7de; padding: 3px 8px; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; font-weight: 600; }
@@ -193,12 +194,8 @@ def _meta_text(value: object) -> str:
 
 def render(report: Report) -> str:
     failures = report.failures
-    n = len(report.results)
-    verdict = (
-        f"PASS: all {n} implementation x case results agree with the truth"
-        if report.ok
-        else f"FAIL: {len(failures)} of {n} implementation x case results fail"
-    )
+    verdict = report.headline()
+    banner = "ok" if report.complete else "partial" if report.ok else "bad"
     meta = "".join(f"<li>{_e(k)}: {_e(_meta_text(v))}</li>" for k, v in report.meta.items() if v)
     counts = report.counts()
     statuses = ("pass", "fail", "error", "missing", "unavailable")
@@ -208,7 +205,7 @@ def render(report: Report) -> str:
     )
     body = [
         "<h1>attention-ports verify</h1>",
-        f'<div class="banner {"ok" if report.ok else "bad"}">{_e(verdict)}</div>',
+        f'<div class="banner {banner}">{_e(verdict)}</div>',
         f'<ul class="meta">{meta}</ul>' if meta else "",
         "<h2>Summary</h2>",
         "<table><tr><th>implementation</th>"

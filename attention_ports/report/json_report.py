@@ -6,9 +6,17 @@ Version 3 (``REPORT_VERSION``). Changes from version 2, which readers of 2 can i
   (version 2 reported ``max_abs_err`` "inf" for it);
 - new per-output fields: ``diagnosis``, ``mismatches``, ``total``, ``nonfinite_mismatches``,
   ``expected_shape``, ``actual_shape``, ``reason``, ``flags``;
-- an output a port did not return is ``missing`` (version 2: the case's every output ``error``);
+- an output a port did not return is judged on its own (version 2: the case's every output
+  ``error``), the others still compared;
 - new top-level ``agreement``: per pair of implementations ``{agree, compared, unknown}``.
 - new top-level ``interrupted``: true when SIGINT/SIGTERM ended the run (only the cases that ran).
+
+Within version 3 (readers keep working; the statuses are the same five words):
+- an output that an implemented operation does not return is ``fail`` (it was ``missing``, which
+  now means only a case of an operation the implementation does not implement);
+- ``summary.ok`` is the verdict behind the exit status (``missing`` counts under ``--strict``, and
+  under CI=true an implementation that passed zero cases fails it); new ``summary.complete`` (every
+  case asked for ran and agreed) and ``summary.headline`` (the verdict line every report shows).
 """
 
 from __future__ import annotations

@@ -30,9 +30,7 @@ def _fence(text: str) -> str:
 
 def render(report: Report) -> str:
     failures = report.failures
-    n = len(report.results)
-    verdict = f"all {n} agree" if report.ok else f"{len(failures)} of {n} failing (implementation x case)"
-    lines = [f"## attention-ports verify: {'PASS' if report.ok else 'FAIL'}, {verdict}", ""]
+    lines = [f"## attention-ports verify: {report.headline()}", ""]
     counts = report.counts()
     lines += [
         "| implementation | " + " | ".join(STATUSES) + " |",
@@ -41,7 +39,7 @@ def render(report: Report) -> str:
     for impl in report.impls:
         lines.append(f"| {_cell(impl)} | " + " | ".join(str(counts[impl].get(s, 0)) for s in STATUSES) + " |")
     if report.strict:
-        lines += ["", "`--strict`: a missing operation or output fails."]
+        lines += ["", "`--strict`: a missing (not implemented) operation fails."]
     if failures:
         lines += [
             "",

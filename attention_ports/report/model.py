@@ -6,8 +6,13 @@ per-implementation counts and worst errors, the verdict, and the implementation 
 agreement. The formats (``text``, ``json_report``, ``junit``, ``markdown``, ``html_page``) only
 render it, so they cannot disagree about a verdict.
 
-The verdict: a case is *failing* when its status is ``fail`` or ``error``, and also when it is
-``missing`` under ``--strict`` (the command line's exit code follows the same rule).
+The verdict: a case is *failing* when its status is ``fail`` or ``error`` (an output its operation
+owes and did not return is a ``fail``), and also when it is ``missing`` (an operation the
+implementation does not implement) under ``--strict``. Under CI=true a run in which an
+implementation passed zero cases fails too (as the pytest plugin's rule). ``missing`` and
+``unavailable`` cases did not run: never a pass, counted apart, and the headline says PASS only
+when every case asked for ran and agreed, otherwise how many passed of how many and what did not
+run (:meth:`Report.headline`). The command line's exit code follows :attr:`Report.ok`.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from attention_ports.compare import agree
-from attention_ports.runner import FAILING, CaseResult, OutputResult
+from attention_ports.runner import FAILING, NOT_RUN, CaseResult, OutputResult
 
 STATUSES = ("pass", "fail", "error", "missing", "unavailable")
 # A case with a fully masked query is judged by the implementation's convention: its cell says which.
@@ -61,6 +66,7 @@ class Report:
     meta: dict[str, Any] = field(default_factory=dict)
     strict: bool = False
     interrupted: bool = False  # SIGINT/SIGTERM ended the run: only the cases that ran are here
+    ci: bool = False  # CI=true: an implementation that passed zero cases fails the run
 
     def __post_init__(self) -> None:
         self.impls = list(dict.fromkeys(r.impl for r in self.results))
@@ -82,9 +88,64 @@ class Report:
     def failures(self) -> list[CaseResult]:
         return [r for r in self.results if self.is_failing(r)]
 
+    def zero_pass(self) -> list[str]:
+        """Implementations with cases in the run and not one pass (CI=true fails such a run)."""
+        passed = {r.impl for r in self.results if r.status == "pass"}
+        return [impl for impl in self.impls if impl not in passed]
+
     @property
     def ok(self) -> bool:
-        return not self.failures
+        """The run's verdict, the exit status's: nothing failing, and under CI every implementation
+        passed something. Cases that did not run (``missing``, ``unavailable``) do not make it false
+        (except ``missing`` under --strict); :attr:`complete` says whether everything ran."""
+        return not self.failures and not (self.ci and self.zero_pass())
+
+    @property
+    def complete(self) -> bool:
+        """Every case asked for ran and agreed: the only run whose headline is a plain PASS."""
+        return self.ok and not self.interrupted and all(r.status == "pass" for r in self.results)
+
+    def not_run(self) -> dict[str, dict[str, int]]:
+        """status (``missing``, ``unavailable``) -> implementation -> cases that did not run."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self.results:
+            if r.status in NOT_RUN:
+                per = out.setdefault(r.status, {})
+                per[r.impl] = per.get(r.impl, 0) + 1
+        return {status: out[status] for status in NOT_RUN if status in out}
+
+    def headline(self) -> str:
+        """The run's one-line verdict, the same in every report (text, markdown, HTML, JUnit).
+
+        ``PASS: all N ...`` only when every case asked for ran and agreed; a run with nothing failing
+        but cases that did not run says ``PASS for P of N; ...`` and what did not run (``NOTHING
+        RAN: 0 of N; ...`` when no case ran); otherwise ``FAIL: ...`` with the failures, the
+        implementations that passed nothing under CI, and what did not run. N counts
+        implementation x case results (cases, with one implementation).
+        """
+        n = len(self.results)
+        unit = "implementation x case results" if len(self.impls) > 1 else "cases"
+        passed = sum(r.status == "pass" for r in self.results)
+        skipped = []
+        for status, per in self.not_run().items():
+            count = sum(per.values())
+            who = f" ({', '.join(per)})" if len(self.impls) > 1 else ""
+            strict = " (failing under --strict)" if status == "missing" and self.strict else ""
+            skipped.append(f"{count} {NOT_RUN[status]}{who}{strict}")
+        if self.interrupted:
+            skipped.append("interrupted: only the cases that finished are counted")
+        rest = "; " + ", ".join(skipped) if skipped else ""
+        if self.complete:
+            return f"PASS: all {n} {unit} agree with the truth"
+        if self.ok and not passed:  # nothing failed because nothing ran: no PASS at all
+            return f"NOTHING RAN: 0 of {n} {unit}{rest}"
+        if self.ok:
+            return f"PASS for {passed} of {n} {unit}{rest}"
+        failed = sum(r.status in FAILING for r in self.results)
+        parts = [f"{failed} of {n} {unit} fail"] if failed else []
+        if self.ci and (empty := self.zero_pass()):
+            parts.append(f"{', '.join(empty)} passed zero cases (CI=true: a run must prove its cases ran)")
+        return f"FAIL: {'; '.join(parts) or f'{passed} of {n} {unit} pass'}{rest}"
 
     def counts(self) -> dict[str, Counter[str]]:
         out: dict[str, Counter[str]] = {impl: Counter() for impl in self.impls}
@@ -112,7 +173,9 @@ class Report:
             "cases": len(self.cases),
             "implementations": {impl: dict(sorted(c.items())) for impl, c in self.counts().items()},
             "totals": dict(sorted(self.totals().items())),
-            "ok": not any(r.status in FAILING for r in self.results),
+            "ok": self.ok,  # the verdict (exit status 0); "complete": every case also ran
+            "complete": self.complete,
+            "headline": self.headline(),
             "accuracy": {
                 impl: {op: {k: finite_or_text(v) for k, v in cell.items()} for op, cell in ops.items()}
                 for impl, ops in self.accuracy().items()
@@ -176,7 +239,9 @@ def cell_numbers(r: CaseResult) -> dict[str, str]:
     """
     if r.status == "fail":  # the failing outputs' numbers only: a passing sibling's cannot stand in
         failed = [o for o in r.outputs if o.status == "fail"]
-        if any(o.expected_shape != o.actual_shape for o in failed):
+        if any(o.total is None for o in failed):
+            errb = "absent"  # an output the operation owes and did not return
+        elif any(o.expected_shape != o.actual_shape for o in failed):
             errb = "shape"  # a wrong shape has no error size
         elif any(o.nonfinite_mismatches for o in failed):
             errb = "nan/inf"

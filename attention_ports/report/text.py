@@ -57,15 +57,19 @@ def accuracy_table(report: Report) -> str:
 
 
 def summary_lines(report: Report) -> str:
+    """Counts per implementation (each case once, by its status), then the run's headline."""
     lines = []
     for impl, counts in report.summary()["implementations"].items():
         parts = ", ".join(f"{n} {status}" for status, n in counts.items())
         lines.append(f"{impl}: {parts}")
         if counts.get("missing"):
             lines.append(
-                f"  {impl}: {counts['missing']} case(s) missing: operations or outputs the port does not provide"
+                f"  {impl}: {counts['missing']} case(s) missing: operations the port does not implement"
+                " (not declared, or not defined); never a pass"
                 + (" (failures under --strict)" if report.strict else "")
             )
+    if report.results:
+        lines.append(f"verdict: {report.headline()}")
     return "\n".join(lines)
 
 

@@ -8,7 +8,8 @@
 #   --case GLOB      only the cases whose id matches GLOB (* ? [...]); repeatable
 #   --junit FILE     also write a JUnit XML report (one <testcase> per case)
 #   --json FILE      also write the results as `attention-ports verify --json` does (per output)
-#   --strict         a `missing` case (an operation the port does not offer) counts as failed
+#   --strict         a `missing` case (an operation the port does not implement) fails the run
+#                    (a failed @test, a JUnit <failure>), still counted as missing
 #
 # Exactly the Python suite's judgement (`attention-ports verify --port julia=PORT.jl`): the same
 # fixtures, through fixtures/index.tsv (Julia's stdlib reads no JSON; the index is generated from
@@ -21,10 +22,13 @@
 # `masked_query` convention picks expected.<name>.<convention>.npy where the fixtures have one.
 #
 # Per case and output: pass, fail (worst element in 1-based indices of the Julia result, expected,
-# actual, bound, abs/rel/ulp error, err/bound), error (the port's own exception and backtrace) or
-# missing (`@test_skip`). One @testset per case, inside one per operation. Ends with the line
-# `julia conformance: N passed, M failed, K missing` (cases) and exits 0 when nothing failed, 1
-# when something did, 2 for bad usage or bad fixtures, 3 when this runner itself broke.
+# actual, bound, abs/rel/ulp error, err/bound; an output the operation owes and did not return),
+# error (the port's own exception and backtrace) or missing (an operation the port does not
+# implement: `@test_skip`, a failed @test under --strict). One @testset per case, inside one per
+# operation. Ends with the line `julia conformance: N passed, M failed, K missing` (cases, each
+# counted once: N + M + K is every case) and exits 0 when nothing failed, 1 when something did (or,
+# with --strict, something was missing; or, under CI=true, nothing passed), 2 for bad usage or bad
+# fixtures, 3 when this runner itself broke.
 #
 # Unlike the Python suite, the port runs in this Julia process, unsupervised: a port that hangs,
 # crashes or exits takes the run with it.
@@ -371,7 +375,8 @@ function build_call(spec::OpSpec, inputs::Dict{String,Tuple{Array,String}}, opti
 end
 
 # julia_adapter.unpack_results: a bare array is the single output; a plain Tuple or several bare
-# arrays are errors; names the operation does not declare are dropped; absent outputs are errors.
+# arrays are errors; names the operation does not declare are dropped; an absent output is left out
+# (run_case fails it, and judges the others), but a result with none of them is the port's error.
 function unpack_results(spec::OpSpec, results)
     outputs = spec.slots["outputs"]
     wanted = join(["$o = ..." for o in outputs], ", ")
@@ -385,9 +390,8 @@ function unpack_results(spec::OpSpec, results)
         end
         (name in outputs || split(name, '.'; limit = 2)[1] in outputs) && (out[name] = a)
     end
-    absent = [o for o in outputs if !haskey(out, o) && !any(k -> startswith(k, o * "."), keys(out))]
-    isempty(absent) || error("$(spec.name) returned no $(join(absent, ", ")) (it returned: ",
-                             isempty(results) ? "nothing" : join(sort([r.first for r in results]), ", "), "); expected ($wanted)")
+    isempty(out) && error("$(spec.name) returned none of its outputs (it returned: ",
+                          isempty(results) ? "nothing" : join(sort([r.first for r in results]), ", "), "); expected ($wanted)")
     return out
 end
 
@@ -544,10 +548,13 @@ case_status(outputs) = isempty(outputs) ? "error" : OUTCOMES[maximum(findfirst(=
 # ------------------------------------------------------------------------------------------------
 # Reports: Test (a @testset per case), JUnit XML, JSON (the `verify --json` schema)
 
-function report_test(case::Case, outputs::Vector{OutputResult})
+function report_test(case::Case, outputs::Vector{OutputResult}, strict::Bool)
     @testset "$(case.id)" begin
         status = case_status(outputs)
-        if status == "missing"
+        if status == "missing" && strict   # Test's own summary shows what fails the run
+            println("  $(case.id): missing (--strict: a missing operation fails): $(outputs[1].message)")
+            @test outputs[1] == "pass"
+        elseif status == "missing"
             println("  $(case.id): missing: $(outputs[1].message)")
             @test_skip outputs[1] == "pass"
         elseif status == "error"      # the port raised (or the case could not run): once, not per output
@@ -568,21 +575,25 @@ function xml_escape(s::AbstractString)
     return s
 end
 
-function junit_xml(runs, port_path::AbstractString, seconds::Float64)
-    count(rs, what) = sum(Int[case_status(r.outputs) == what for r in rs])
+function junit_xml(runs, port_path::AbstractString, seconds::Float64, strict::Bool)
+    count(rs, what::Vector{String}) = sum(Int[case_status(r.outputs) in what for r in rs])
+    # A missing case is skipped, or a failure under --strict (as `verify --junit` writes it). Vectors,
+    # not tuples: Julia 1.5's compiler crashed on `in` over an empty tuple here.
+    failing = strict ? ["fail", "missing"] : ["fail"]
+    skipping = strict ? String[] : ["missing"]
     io = IOBuffer()
     println(io, """<?xml version="1.0" encoding="UTF-8"?>""")
     @printf(io, """<testsuites name="attention-ports conformance (julia)" tests="%d" failures="%d" errors="%d" skipped="%d" time="%.3f">\n""",
-            length(runs), count(runs, "fail"), count(runs, "error"), count(runs, "missing"), seconds)
+            length(runs), count(runs, failing), count(runs, ["error"]), count(runs, skipping), seconds)
     for op in unique([r.case.op for r in runs])
         rs = [r for r in runs if r.case.op == op]
         @printf(io, """  <testsuite name="julia.%s" tests="%d" failures="%d" errors="%d" skipped="%d" time="%.3f">\n""",
-                op, length(rs), count(rs, "fail"), count(rs, "error"), count(rs, "missing"), sum(r.seconds for r in rs))
+                op, length(rs), count(rs, failing), count(rs, ["error"]), count(rs, skipping), sum(r.seconds for r in rs))
         println(io, """    <properties><property name="port" value="$(xml_escape(port_path))"/></properties>""")
         for r in rs
             @printf(io, """    <testcase classname="julia.%s" name="%s" time="%.3f">\n""", op, r.case.id, r.seconds)
             status = case_status(r.outputs)
-            tag = get(Dict("fail" => "failure", "error" => "error", "missing" => "skipped"), status, nothing)
+            tag = get(Dict("fail" => "failure", "error" => "error", "missing" => (strict ? "failure" : "skipped")), status, nothing)
             if tag !== nothing
                 bad = [o for o in r.outputs if o.status != "pass"]
                 text = xml_escape(join(unique([o.message for o in bad]), "\n"))
@@ -709,7 +720,7 @@ function judge(opts::Options, dir::String, index::Index, cases::Vector{Case})
                     t0 = time()
                     outputs = run_case(dir, index, port, case)
                     push!(runs, Run(case, outputs, time() - t0))
-                    report_test(case, outputs)
+                    report_test(case, outputs, opts.strict)
                 end
             end
         end
@@ -719,13 +730,19 @@ function judge(opts::Options, dir::String, index::Index, cases::Vector{Case})
     seconds = time() - started
     Test.print_test_results(ts)
     statuses = [case_status(r.outputs) for r in runs]
-    failing = opts.strict ? ("fail", "error", "missing") : ("fail", "error")
-    opts.junit === nothing || write_atomically(opts.junit, junit_xml(runs, port.path, seconds))
+    opts.junit === nothing || write_atomically(opts.junit, junit_xml(runs, port.path, seconds, opts.strict))
     opts.json === nothing || write_atomically(opts.json, results_json(runs, port))
-    failed = sum(Int[s in failing for s in statuses])
-    @printf("julia conformance: %d passed, %d failed, %d missing (%.1f s)\n", sum(Int[s == "pass" for s in statuses]), failed,
-            sum(Int[s == "missing" for s in statuses]), seconds)
-    return failed > 0 ? 1 : 0
+    # Each case counted once, as `verify` counts it; --strict makes a missing case fail the run,
+    # it does not count it twice.
+    failed = sum(Int[s in ("fail", "error") for s in statuses])
+    n_missing = sum(Int[s == "missing" for s in statuses])   # not `missing`: Base's, used by Test
+    passed = sum(Int[s == "pass" for s in statuses])
+    @printf("julia conformance: %d passed, %d failed, %d missing%s (%.1f s)\n", passed, failed,
+            n_missing, opts.strict && n_missing > 0 ? ", failing under --strict" : "", seconds)
+    # As `verify` and the pytest plugin: under CI=true a run that passed nothing is not green.
+    none_passed = lowercase(get(ENV, "CI", "")) in ("1", "true", "yes") && !isempty(runs) && passed == 0
+    none_passed && println("CI: no case passed: refusing to call this run green")
+    return failed > 0 || (opts.strict && n_missing > 0) || none_passed ? 1 : 0
 end
 
 function run(argv::Vector{String})

@@ -9,7 +9,8 @@
 #   --junit FILE     also write a JUnit XML report (one <testcase> per case)
 #   --json FILE      also write the results as `attention-ports verify --json` does (per output)
 #   --reporter NAME  the testthat reporter (default "progress"; "summary", "check", "silent", ...)
-#   --strict         a `missing` case (an operation the port does not offer) counts as failed
+#   --strict         a `missing` case (an operation the port does not implement) fails the run
+#                    (a testthat failure, a JUnit <failure>), still counted as missing
 #
 # Exactly the Python suite's judgement (`attention-ports verify --port r=PORT.R`): the same
 # fixtures, through fixtures/index.tsv (base R reads no JSON; the index is generated from the
@@ -21,10 +22,13 @@
 # expected.<name>.<convention>.npy where the fixtures have one for a case.
 #
 # Per case and output: pass, fail (worst element in 1-based indices of the R result, expected,
-# actual, bound, abs/rel/ulp error, err/bound), error (the port's own R error) or missing. One
+# actual, bound, abs/rel/ulp error, err/bound; an output the operation owes and did not return),
+# error (the port's own R error) or missing (an operation the port does not implement). One
 # test_that() per case (its expectations: one per output). Ends with the line
-# `r conformance: N passed, M failed, K missing` (cases) and exits 0 when nothing failed, 1 when
-# something did, 2 for bad usage or bad fixtures, 3 when this runner itself broke.
+# `r conformance: N passed, M failed, K missing` (cases, each counted once: N + M + K is every
+# case) and exits 0 when nothing failed, 1 when something did (or, with --strict, something was
+# missing; or, under CI=true, nothing passed), 2 for bad usage or bad fixtures, 3 when this runner
+# itself broke.
 #
 # Unlike the Python suite, the port runs in this R process, unsupervised: a port that hangs,
 # crashes or quits R takes the run with it (R's own quit()/q() are disabled for the port).
@@ -392,7 +396,8 @@ local(envir = .conformance, {
   }
 
   # ports/r_adapter.py's _name_outputs: a bare array is the single output; declared outputs must
-  # be doubles; length-1 results take the declared rank (vector: 1-D, scalar: 0-D).
+  # be doubles; length-1 results take the declared rank (vector: 1-D, scalar: 0-D); an absent
+  # output is left out (run_case fails it, and judges the others), but none at all is an error.
   name_outputs <- function(spec, outputs, layouts) {
     if (length(outputs) == 1L && outputs[[1L]]$name == "") {
       if (length(spec$outputs) != 1L) {
@@ -416,10 +421,11 @@ local(envir = .conformance, {
       else if (identical(layout, "index")) value <- value - 1
       out[[o$name]] <- list(value = value, shape = as.integer(shape))
     }
-    absent <- Filter(function(o) is.null(out[[o]]) && !any(startsWith(names(out), paste0(o, "."))), spec$outputs)
-    if (length(absent)) {
-      stop(sprintf("%s: result lacks %s; it has %s", spec$name, paste(absent, collapse = ", "),
-                   if (length(out)) paste(names(out), collapse = ", ") else "nothing"), call. = FALSE)
+    present <- Filter(function(o) !is.null(out[[o]]) || any(startsWith(names(out), paste0(o, "."))), spec$outputs)
+    if (!length(present)) {
+      stop(sprintf("%s: the result holds none of its outputs (it has: %s); expected list(%s)", spec$name,
+                   if (length(outputs)) paste(vapply(outputs, function(o) o$name, ""), collapse = ", ") else "nothing",
+                   paste0(spec$outputs, " = ...", collapse = ", ")), call. = FALSE)
     }
     out
   }
@@ -599,10 +605,14 @@ local(envir = .conformance, {
   # ------------------------------------------------------------------------------------------
   # Reports: testthat, JUnit XML, JSON (the `verify --json` schema)
 
-  report_testthat <- function(case, res) {
+  report_testthat <- function(case, res, strict) {
     testthat::test_that(case$id, {
       for (w in res$warnings) warning(sprintf("%s: %s", case$op, w), call. = FALSE)
       status <- case_status(res$outputs)
+      if (status == "missing" && strict) {  # the framework's own summary shows what fails the run
+        testthat::expect(FALSE, paste0(res$outputs[[1L]]$message, " (--strict: a missing operation fails)"))
+        return(invisible())
+      }
       if (status == "missing") testthat::skip(res$outputs[[1L]]$message)
       if (status == "error") {  # the port raised (or the case could not run): once, not per output
         testthat::expect(FALSE, paste(unique(vapply(res$outputs, function(o) o$message, "")), collapse = "\n"))
@@ -622,16 +632,19 @@ local(envir = .conformance, {
     gsub("\"", "&quot;", s, fixed = TRUE)
   }
 
-  junit_xml <- function(runs, port_where, seconds) {
+  junit_xml <- function(runs, port_where, seconds, strict) {
     count <- function(rs, what) sum(vapply(rs, function(r) case_status(r$res$outputs) %in% what, TRUE))
+    # A missing case is skipped, or a failure under --strict (as `verify --junit` writes it).
+    failing <- c("fail", if (strict) "missing")
+    skipping <- if (strict) character() else "missing"
     ops <- unique(vapply(runs, function(r) r$case$op, ""))
     out <- c('<?xml version="1.0" encoding="UTF-8"?>',
              sprintf('<testsuites name="attention-ports conformance (r)" tests="%d" failures="%d" errors="%d" skipped="%d" time="%.3f">',
-                     length(runs), count(runs, "fail"), count(runs, "error"), count(runs, "missing"), seconds))
+                     length(runs), count(runs, failing), count(runs, "error"), count(runs, skipping), seconds))
     for (op in ops) {
       rs <- Filter(function(r) r$case$op == op, runs)
       out <- c(out, sprintf('  <testsuite name="r.%s" tests="%d" failures="%d" errors="%d" skipped="%d" time="%.3f">',
-                            op, length(rs), count(rs, "fail"), count(rs, "error"), count(rs, "missing"),
+                            op, length(rs), count(rs, failing), count(rs, "error"), count(rs, skipping),
                             sum(vapply(rs, function(r) r$seconds, 0))),
                sprintf('    <properties><property name="port" value="%s"/></properties>', xml_escape(port_where)))
       for (r in rs) {
@@ -640,7 +653,7 @@ local(envir = .conformance, {
         bad <- Filter(function(o) o$status != "pass", r$res$outputs)
         text <- xml_escape(paste(unique(vapply(bad, function(o) o$message, "")), collapse = "\n"))
         first <- xml_escape(sub("\n.*", "", if (length(bad)) bad[[1L]]$message else ""))
-        tag <- c(fail = "failure", error = "error", missing = "skipped")[status]
+        tag <- c(fail = "failure", error = "error", missing = if (strict) "failure" else "skipped")[status]
         if (!is.na(tag)) {
           out <- c(out, sprintf('      <%s message="%s" type="%s">%s</%s>', tag, first, status, text, tag))
         }
@@ -751,19 +764,25 @@ local(envir = .conformance, {
         t0 <- Sys.time()
         res <- run_case(dir, index, bridge, port, case)
         runs[[length(runs) + 1L]] <- list(case = case, res = res, seconds = as.numeric(Sys.time() - t0, units = "secs"))
-        report_testthat(case, res)
+        report_testthat(case, res, opts$strict)
       }
       if (nzchar(current)) close_file()
     })
     seconds <- as.numeric(Sys.time() - started, units = "secs")
     statuses <- vapply(runs, function(r) case_status(r$res$outputs), "")
-    failing <- c("fail", "error", if (opts$strict) "missing")
-    if (!is.null(opts$junit)) write_atomically(opts$junit, junit_xml(runs, port$where, seconds))
+    if (!is.null(opts$junit)) write_atomically(opts$junit, junit_xml(runs, port$where, seconds, opts$strict))
     if (!is.null(opts$json)) write_atomically(opts$json, results_json(runs, port$where, port$declaration$masked_query))
-    failed <- sum(statuses %in% failing)
-    cat(sprintf("r conformance: %d passed, %d failed, %d missing (%.1f s)\n", sum(statuses == "pass"), failed,
-                sum(statuses == "missing"), seconds))
-    if (failed > 0L) 1L else 0L
+    # Each case counted once, as `verify` counts it; --strict makes a missing case fail the run,
+    # it does not count it twice.
+    failed <- sum(statuses %in% c("fail", "error"))
+    missing <- sum(statuses == "missing")
+    passed <- sum(statuses == "pass")
+    cat(sprintf("r conformance: %d passed, %d failed, %d missing%s (%.1f s)\n", passed, failed,
+                missing, if (opts$strict && missing > 0L) ", failing under --strict" else "", seconds))
+    # As `verify` and the pytest plugin: under CI=true a run that passed nothing is not green.
+    zero <- tolower(Sys.getenv("CI")) %in% c("1", "true", "yes") && length(runs) > 0L && passed == 0L
+    if (zero) cat("CI: no case passed: refusing to call this run green\n")
+    if (failed > 0L || (opts$strict && missing > 0L) || zero) 1L else 0L
   }
 })
 

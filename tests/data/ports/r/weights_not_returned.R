@@ -1,5 +1,6 @@
-# A partial test port (tests/test_diagnose.py): attention returns its output but not its weights.
-# The output must still be judged (it is right); only the weights are missing.
+# A port that declares scaled dot-product attention and returns its output but not its weights
+# (tests/test_messages.py, tests/test_verdict_agreement.py): the output is still judged (it is
+# right), and the weights it owes and does not return fail, in every front end.
 attention_ports <- list(operations = c("scaled_dot_product_attention"))
 
 scaled_dot_product_attention <- function(q, k, v, mask = NULL, scale = NULL) {
