@@ -9,8 +9,10 @@ show the failing case's heatmaps, and the rendered DOM must hold the table and t
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -26,9 +28,9 @@ import pytest
 from attention_ports import cli, progress
 from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case
 from attention_ports.impl import Arrays, Implementation
-from attention_ports.report import Report, html_page, json_report, junit, markdown, text
+from attention_ports.report import Report, heatmap, html_page, json_report, junit, markdown, text
 from attention_ports.report.model import cell_numbers
-from attention_ports.runner import CaseResult, judge, run_suite
+from attention_ports.runner import CaseResult, FailedArrays, OutputResult, judge, run_suite
 from tests.conftest import require
 from tests.faults.conftest import check_runtime
 
@@ -210,7 +212,6 @@ def test_html_page_is_self_contained_with_heatmaps_for_the_failure(report: Repor
 def test_html_heatmaps_of_a_julia_port_are_drawn_in_julias_layout() -> None:
     from attention_ports.ops import Role
     from attention_ports.portview import PortView
-    from attention_ports.runner import FailedArrays, OutputResult
     from ports import julia_adapter
 
     e = np.arange(6.0).reshape(3, 2) / 10  # reference layout: 3 queries x 2 keys
@@ -222,6 +223,53 @@ def test_html_heatmaps_of_a_julia_port_are_drawn_in_julias_layout() -> None:
     assert "weights: Julia layout, key x query, 1-based, shape (2, 3)" in section
     assert "<title>weights[1, 3]: NaN</title>" in section  # the NaN at the reference's [2, 0]
     assert "rows: key, columns: query" in section
+
+
+def _many_large_failures(n: int = 20, shape: tuple[int, ...] = (4, 256, 256)) -> Report:
+    """``n`` failures of a 3-D output, each wrong from another query on, one cause named in each."""
+    rng = np.random.default_rng(16)
+    results = []
+    for k in range(n):
+        e = rng.standard_normal(shape)
+        a = e.copy()
+        a[:, k:, :] += rng.standard_normal((shape[0], shape[1] - k, shape[2]))
+        out = OutputResult(
+            "r",
+            f"case{k}",
+            "weights",
+            "fail",
+            diagnosis=f"wrong only in the queries {k + 1}, {k + 2}: the mask is applied wrongly",
+            arrays=FailedArrays(e, a, np.full(shape, 1e-15)),
+        )
+        results.append(CaseResult("r", f"case{k}", "scaled_dot_product_attention", [out]))
+    return Report(results)
+
+
+def test_a_report_of_twenty_large_failures_stays_small_pooled_and_grouped() -> None:
+    """Per-element SVG made this report 68 MB (measured); pooled images keep it under 1 MB."""
+    page = html_page.render(_many_large_failures())
+    assert len(page) < 1_000_000, len(page)
+    heatmaps = re.findall(r'<svg [^>]*class="heatmap".*?</svg>', page)
+    assert len(heatmaps) == 20 * 4 * 3  # 4 heads of expected, actual, error per failure
+    assert max(len(h) for h in heatmaps) < 8_000
+    assert "256 x 256 pooled to 64 x 64: worst of each" in page
+    assert "256 x 256 pooled to 64 x 64: mean of each" in page
+    # one image per heatmap, 64 x 64 indexed pixels
+    png = base64.b64decode(re.search(r'href="data:image/png;base64,([^"]+)"', heatmaps[2]).group(1))
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (64, 64)
+    # colour scales: the values' (numbered with the row's range) per row, the error's once
+    assert page.count('class="colour-scale" data-kind="values"') == 20 * 4
+    assert page.count('class="colour-scale" data-kind="error"') == 1
+    # the shared cause, said once, linking all twenty
+    assert "<b>20 failures</b> share one cause: the mask is applied wrongly" in page
+    assert page.count("(a cause 20 failures share: see above)") == 20
+
+
+def test_a_small_array_keeps_a_titled_cell_per_element() -> None:
+    e = np.arange(12.0).reshape(3, 4)
+    out = heatmap.svg(e, "expected", "expected", scale=11.0, name="w", base=1)
+    assert out.count("<rect") == 12 and "<image" not in out
+    assert "<title>w[3, 4]: 11</title>" in out
 
 
 def _png_rgb(path: Path) -> np.ndarray:
@@ -313,6 +361,26 @@ def test_html_report_renders_in_a_headless_browser(report: Report, tmp_path: Pat
     ).stdout
     assert '<table class="cases">' in dom and '<table class="agreement">' in dom
     assert f'data-case="{FAILING}"' in dom and 'class="heatmap" data-kind="error"' in dom
+
+
+def test_pooled_heatmap_images_render_in_a_headless_browser(tmp_path: Path) -> None:
+    """The pooled PNG heatmaps draw: the error map's dark red (~1e15 x bound) and the values' colours."""
+    browser = _chromium()
+    page = tmp_path / "large.html"
+    html_page.write_html(_many_large_failures(n=1, shape=(1, 256, 256)), page)
+    shot = tmp_path / "large.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'p'}"]
+    subprocess.run(
+        [browser, *flags, "--window-size=1200,1400", f"--screenshot={shot}", page.as_uri()],
+        env={**os.environ, "HOME": str(tmp_path)},
+        capture_output=True,
+        timeout=180,
+        check=True,
+    )
+    pixels = _png_rgb(shot)
+    r, g, b = pixels[..., 0], pixels[..., 1], pixels[..., 2]
+    assert ((r > 120) & (r < 180) & (g < 40) & (b < 40)).sum() > 20_000  # the 256 x 256 px error image
+    assert ((b == 255) & (r < 240)).sum() > 500  # negative values: blue (pale: block means of noise)
 
 
 # ---------------------------------------------------------------- the command line and progress
