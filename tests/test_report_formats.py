@@ -206,6 +206,23 @@ def test_markdown_summary_leads_with_the_verdict_and_lists_each_failure(report: 
     assert markdown._cell("a|b\nc") == "a\\|b c"
 
 
+def test_markdown_appends_to_the_github_step_summary_and_replaces_any_other_file(
+    report: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = tmp_path / "step_summary"
+    summary.write_text("## an earlier step's summary\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    doc = markdown.render(report)
+    monkeypatch.chdir(tmp_path)
+    markdown.write_markdown(report, Path("step_summary"))  # the same file, spelt relatively
+    markdown.write_markdown(report, summary)
+    assert summary.read_text() == "## an earlier step's summary\n" + ("\n" + doc) * 2
+    other = tmp_path / "summary.md"
+    other.write_text("old")
+    markdown.write_markdown(report, other)
+    assert other.read_text() == doc
+
+
 # ---------------------------------------------------------------- HTML
 
 
