@@ -138,3 +138,15 @@ def test_an_operation_missing_from_a_shipped_port_fails_verify(monkeypatch, caps
     out = capsys.readouterr().out
     assert "softmax is not defined in reference" in out
     assert "the shipped port(s) reference lack operations" in out
+
+
+def test_a_repro_line_keeps_a_relative_port_path_relative(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from tests.faults.conftest import check_runtime
+
+    check_runtime("r")
+    monkeypatch.chdir(Path(__file__).resolve().parent)
+    port = "data/ports/r/mask_multiplied.R"
+    code = cli.main(["verify", "--quiet", "--port", f"r={port}", "--case", "sdpa_causal_additive"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"repro: attention-ports verify --impl r --case sdpa_causal_additive --port r={port}\n" in out
