@@ -89,7 +89,7 @@ def test_a_failing_row_cannot_read_as_a_pass() -> None:
     nums = cell_numbers(res)
     assert nums["status"] == "FAIL" and nums["ulps"] == "-"
     assert float(nums["err/bnd"]) > 1e200  # 1e-9 against a bound of ~1e-301: the headline is the failure
-    row = text.table(Report([res])).splitlines()[-1]
+    row = next(ln for ln in text.table(Report([res])).splitlines() if ln.startswith(FAILING))
     assert row.split()[:2] == [FAILING, "FAIL"]
 
 
@@ -129,6 +129,21 @@ def test_json_v3_keeps_v2_fields_and_adds_the_diagnosis_and_agreement(report: Re
     assert doc["agreement"]["reference"]["reference"] == {"agree": 5, "compared": 5, "unknown": 0}
     assert doc["agreement"]["reference"]["r"] == {"agree": 2, "compared": 4, "unknown": 0}
     assert doc["summary"]["ok"] is False
+
+
+def test_every_format_explains_its_marks_and_large_ulps() -> None:
+    """pass:0 (a masked-query convention) and a pass with ~1e+05 ulps come with their legends."""
+    from attention_ports.report.model import COLUMNS_LEGEND, CONVENTION_LEGEND, ULPS_NOTE
+
+    cases = ["sdpa_fully_masked_row", "sdpa_L256_d64"]
+    rep = Report(run_suite(REPO_FIXTURES, ["reference"], {}, cases, progress=None))
+    table = text.table(rep)
+    assert "pass:0" in table and CONVENTION_LEGEND in table and COLUMNS_LEGEND in table
+    acc = text.accuracy_table(rep)
+    assert re.search(r" \de\+0[4-9] / 0\.", acc) and acc.endswith(ULPS_NOTE)
+    md = markdown.render(rep)
+    assert "pass:0" in md and f"{CONVENTION_LEGEND}." in md and f"{COLUMNS_LEGEND}." in md
+    assert CONVENTION_LEGEND in html_page.render(rep).replace("&#x27;", "'")
 
 
 # ---------------------------------------------------------------- JUnit

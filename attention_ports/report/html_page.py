@@ -15,7 +15,7 @@ import numpy as np
 
 from attention_ports.fixtures import atomic_write
 from attention_ports.report import heatmap
-from attention_ports.report.model import Report, cause, cell_numbers, port_layout, shared_causes
+from attention_ports.report.model import CONVENTION_LEGEND, Report, cause, cell_numbers, port_layout, shared_causes
 from attention_ports.runner import CaseResult, OutputResult
 
 MAX_SLICES = 4  # heads of a 3-D output drawn per failure
@@ -236,6 +236,7 @@ def render(report: Report) -> str:
         '<p class="meta">Each cell: status &middot; the worst error as a fraction of its bound (1 = the limit; '
         "nan/inf: a NaN or an infinity where a number belongs) &middot; elements beyond their bounds.</p>",
         _case_table(report),
+        f'<p class="meta">{_e(CONVENTION_LEGEND)}.</p>' if any(r.masked_query for r in report.results) else "",
         "<h2>Agreement between implementations</h2>",
         _agreement(report),
     ]

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from attention_ports.fixtures import atomic_write
-from attention_ports.report.model import STATUSES, Report, cell_numbers
+from attention_ports.report.model import COLUMNS_LEGEND, CONVENTION_LEGEND, STATUSES, Report, cell_numbers
 
 MAX_DETAILS = 50
 MAX_MESSAGE = 4000
@@ -91,6 +91,9 @@ def render(report: Report) -> str:
             status = f"**{nums['status']}**" if report.is_failing(r) else nums["status"]
             cells.append(f"{status} {nums['err/bnd']}" if nums["err/bnd"] != "-" else status)
         lines.append(f"| `{_cell(case)}` | " + " | ".join(cells) + " |")
+    lines += ["", f"Each cell: status and err/bnd. {COLUMNS_LEGEND}."]
+    if any(r.masked_query for r in report.results):
+        lines += ["", f"{CONVENTION_LEGEND}."]
     lines += ["", "</details>", ""]
     return "\n".join(lines)
 

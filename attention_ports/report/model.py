@@ -29,6 +29,16 @@ CONVENTION_LEGEND = (
     "pass:0, pass:NaN, pass:1/n (FAIL: likewise): a case with a query whose mask removes every key, judged by "
     "the implementation's masked_query convention zeros, nan or uniform (ports/CONTRACT.md)"
 )
+COLUMNS_LEGEND = (
+    "err/bnd: the worst |actual - expected| as a fraction of its certified error bound (<= 1 passes; nan/inf: "
+    "a NaN or an infinity where a number belongs; shape: a wrong shape); bad: elements beyond their bounds; "
+    "ulps: the worst error in units in the last place of the expected value (passes only)"
+)
+ULPS_NOTE = (
+    "ulps inform, err/bnd decides: a pass can show 1e+05 ulps where an expected element is tiny beside the "
+    "terms that made it (a cancelling sum, a weight near 0); its bound scales with those terms, so it allows "
+    "many ulps of the small result"
+)
 
 
 def failing_statuses(strict: bool = False) -> set[str]:

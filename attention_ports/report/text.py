@@ -9,7 +9,15 @@ cell can show a small number as its headline (model.cell_numbers).
 
 from __future__ import annotations
 
-from attention_ports.report.model import CONVENTION_LEGEND, Report, cell_numbers, fmt_frac, fmt_ulps
+from attention_ports.report.model import (
+    COLUMNS_LEGEND,
+    CONVENTION_LEGEND,
+    ULPS_NOTE,
+    Report,
+    cell_numbers,
+    fmt_frac,
+    fmt_ulps,
+)
 from attention_ports.runner import CaseResult
 
 _WIDTHS = {"status": 8, "err/bnd": 8, "bad": 6, "ulps": 6}
@@ -32,6 +40,7 @@ def table(report: Report) -> str:
             r = report.cell(impl, case)
             row += f"  {'' if r is None else _cell(cell_numbers(r)):<{col_w}}"
         lines.append(row.rstrip())
+    lines.append(COLUMNS_LEGEND)
     if any(r.masked_query for r in report.results):
         lines.append(CONVENTION_LEGEND)
     return "\n".join(lines)
@@ -54,6 +63,7 @@ def accuracy_table(report: Report) -> str:
             text = "-" if cell is None else f"{fmt_ulps(cell['ulps'])} / {fmt_frac(cell['err_over_bound'])}"
             row += f"  {text:>18}"
         lines.append(row)
+    lines.append(ULPS_NOTE)
     return "\n".join(lines)
 
 
