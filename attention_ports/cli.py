@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import signal
 import sys
 import threading
@@ -248,6 +249,16 @@ def report_targets(args: argparse.Namespace) -> dict[str, Path]:
     return check_targets({opt: getattr(args, attr, None) for opt, attr in options.items()})
 
 
+def fixtures_meta(fixtures_dir: Path) -> dict[str, str]:
+    """Which fixtures a report judged by: the folder and the sha256 of its manifest (which holds the
+    sha256 of every case file, so one hash names them all)."""
+    try:
+        digest = hashlib.sha256((fixtures_dir / "manifest.json").read_bytes()).hexdigest()
+    except OSError as exc:
+        digest = f"unknown: {exc.strerror}"
+    return {"dir": str(fixtures_dir), "manifest_sha256": digest}
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     random = args.random is not None or args.seed is not None or args.op or args.dump is not None
     if args.tier == "scale":
@@ -279,7 +290,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
             stop=state["stop"],
         )
     signum = state["signum"]
-    meta = {"implementations": impls, "ports": {k: str(v) for k, v in ports.items()}}
+    meta = {
+        "implementations": impls,
+        "ports": {k: str(v) for k, v in ports.items()},
+        "versions": doctor.runtime_versions(impls),
+        "fixtures": fixtures_meta(fixtures_dir),
+    }
     report = Report(results, meta, strict=args.strict, interrupted=signum is not None)
     if not args.quiet:
         print(table(report))

@@ -10,8 +10,10 @@ show the failing case's heatmaps, and the rendered DOM must hold the table and t
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import struct
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from attention_ports import cli, progress
+from attention_ports import cli, doctor, progress
 from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case
 from attention_ports.impl import Arrays, Implementation
 from attention_ports.report import Report, heatmap, html_page, json_report, junit, markdown, text
@@ -440,10 +442,34 @@ def test_verify_writes_every_report_format(tmp_path: Path, capsys: pytest.Captur
         args += [flag, str(path)]
     assert cli.main(args) == 0
     capsys.readouterr()
-    assert json.loads(targets["--json"].read_text())["summary"]["ok"] is True
+    doc = json.loads(targets["--json"].read_text())
+    assert doc["summary"]["ok"] is True
+    # meta says what judged what: the tool's and runtimes' versions, the fixtures' manifest hash
+    assert doc["meta"]["versions"] == {
+        "attention_ports": doctor.tool_version(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    manifest = (REPO_FIXTURES / "manifest.json").read_bytes()
+    assert doc["meta"]["fixtures"]["manifest_sha256"] == hashlib.sha256(manifest).hexdigest()
     assert ET.parse(targets["--junit"]).getroot().get("failures") == "0"
     assert targets["--markdown"].read_text().startswith("## attention-ports verify: PASS, all 6 agree")
     assert "PASS: all 6 implementation x case results agree" in targets["--html"].read_text()
+
+
+def test_the_json_meta_records_the_versions_of_the_runtimes_a_run_used(tmp_path: Path, capsys) -> None:
+    check_runtime("r")
+    check_runtime("julia")
+    path = tmp_path / "r.json"
+    args = ["verify", "--quiet", "--impl", "torch", "--impl", "r", "--impl", "julia", "--case", "seed000_four_words"]
+    assert cli.main([*args, "--json", str(path)]) == 0
+    capsys.readouterr()
+    versions = json.loads(path.read_text())["meta"]["versions"]
+    assert re.fullmatch(r"R version \d+\.\d+\.\d+.*", versions["r"]), versions
+    assert re.fullmatch(r"julia version \d+\.\d+\.\d+", versions["julia"]), versions
+    import torch
+
+    assert versions["torch"] == torch.__version__
 
 
 def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_in_a_log() -> None:
