@@ -25,6 +25,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from attention_ports import doctor, installers, ops, paths, progress, registry, skeleton, supervisor
 from attention_ports.catalogue import CatalogueError
@@ -259,6 +260,16 @@ def fixtures_meta(fixtures_dir: Path) -> dict[str, str]:
     return {"dir": str(fixtures_dir), "manifest_sha256": digest}
 
 
+def verify_meta(impls: list[str], ports: dict[str, Path], fixtures_dir: Path) -> dict[str, Any]:
+    """A verify report's ``meta``: what ran, on which fixtures, with which versions."""
+    return {
+        "implementations": impls,
+        "ports": {k: str(v) for k, v in ports.items()},
+        "versions": doctor.runtime_versions(impls),
+        "fixtures": fixtures_meta(fixtures_dir),
+    }
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     random = args.random is not None or args.seed is not None or args.op or args.dump is not None
     if args.tier == "scale":
@@ -290,12 +301,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             stop=state["stop"],
         )
     signum = state["signum"]
-    meta = {
-        "implementations": impls,
-        "ports": {k: str(v) for k, v in ports.items()},
-        "versions": doctor.runtime_versions(impls),
-        "fixtures": fixtures_meta(fixtures_dir),
-    }
+    meta = verify_meta(impls, ports, fixtures_dir)
     report = Report(results, meta, strict=args.strict, interrupted=signum is not None)
     if not args.quiet:
         print(table(report))
