@@ -37,7 +37,14 @@ bench: setup
 
 # The installable tool: dist/attention_ports-<version>-py3-none-any.whl, carrying the fixtures, the
 # contract, the R and Julia ports and the installers (tests/test_packaging.py installs and runs it).
-wheel: setup
+# Pure Python: it needs only a venv with pip (made here if missing), not `make setup`'s torch, R,
+# Julia or Julia image. PIP_WHEEL_FLAGS: e.g. --no-build-isolation to build offline with the venv's
+# own setuptools (tests/test_make_wheel.py does).
+PIP_WHEEL_FLAGS ?=
+wheel: | $(PY)
 	rm -rf build  # setuptools reuses build/lib: a file deleted from the tree would stay in the wheel
-	$(PY) -m pip wheel --no-deps --disable-pip-version-check -q -w dist .
+	$(PY) -m pip wheel --no-deps --disable-pip-version-check -q $(PIP_WHEEL_FLAGS) -w dist .
 	@ls -l dist/attention_ports-*.whl
+
+$(PY):
+	$(or $(PYTHON),python3) -m venv $(VENV)

@@ -91,12 +91,6 @@ def bcast_cols(col: arb_mat, n_cols: int) -> arb_mat:
     return col * full(1, n_cols, 1)
 
 
-def take_rows(m: arb_mat, rows: Sequence[int]) -> arb_mat:
-    c = m.ncols()
-    e = m.entries()
-    return arb_mat(len(rows), c, [e[i * c + j] for i in rows for j in range(c)])
-
-
 def take_cols(m: arb_mat, start: int, stop: int) -> arb_mat:
     c = m.ncols()
     e = m.entries()
@@ -126,10 +120,6 @@ def rows_of(m: arb_mat) -> list[list[arb]]:
     c = m.ncols()
     e = m.entries()
     return [e[i * c : (i + 1) * c] for i in range(m.nrows())]
-
-
-def from_rows(rows: Sequence[Sequence[arb]]) -> arb_mat:
-    return arb_mat(len(rows), len(rows[0]), [x for row in rows for x in row])
 
 
 def diag(values: Sequence[arb]) -> arb_mat:

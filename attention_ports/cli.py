@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import signal
 import sys
 import threading
@@ -26,6 +27,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from attention_ports import doctor, installers, ops, paths, progress, registry, skeleton, supervisor
 from attention_ports.catalogue import CatalogueError
@@ -250,6 +252,26 @@ def report_targets(args: argparse.Namespace) -> dict[str, Path]:
     return check_targets({opt: getattr(args, attr, None) for opt, attr in options.items()})
 
 
+def fixtures_meta(fixtures_dir: Path) -> dict[str, str]:
+    """Which fixtures a report judged by: the folder and the sha256 of its manifest (which holds the
+    sha256 of every case file, so one hash names them all)."""
+    try:
+        digest = hashlib.sha256((fixtures_dir / "manifest.json").read_bytes()).hexdigest()
+    except OSError as exc:
+        digest = f"unknown: {exc.strerror}"
+    return {"dir": str(fixtures_dir), "manifest_sha256": digest}
+
+
+def verify_meta(impls: list[str], ports: dict[str, Path], fixtures_dir: Path) -> dict[str, Any]:
+    """A verify report's ``meta``: what ran, on which fixtures, with which versions."""
+    return {
+        "implementations": impls,
+        "ports": {k: str(v) for k, v in ports.items()},
+        "versions": doctor.runtime_versions(impls),
+        "fixtures": fixtures_meta(fixtures_dir),
+    }
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     random = args.random is not None or args.seed is not None or args.op or args.dump is not None
     if args.tier == "scale":
@@ -281,7 +303,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             stop=state["stop"],
         )
     signum = state["signum"]
-    meta = {"implementations": impls, "ports": {k: str(v) for k, v in ports.items()}}
+    meta = verify_meta(impls, ports, fixtures_dir)
     report = Report(results, meta, strict=args.strict, interrupted=signum is not None, ci=in_ci())
     if not args.quiet:
         print(table(report))

@@ -259,11 +259,51 @@ def report(checks: list[Check]) -> tuple[str, bool]:
     return "\n".join(lines), not missing
 
 
-def main(needs: list[str] | None) -> int:
+def tool_version() -> str:
     try:
-        pkg = version("attention-ports")
+        return version("attention-ports")
     except PackageNotFoundError:
-        pkg = "(not installed)"
+        return "(not installed)"
+
+
+def runtime_versions(impls: Iterable[str]) -> dict[str, str]:
+    """The versions a report records (its ``meta.versions``): this tool, Python, NumPy, and of torch,
+    R and Julia those the run used (asked of the runtime itself; a runtime that does not answer is
+    recorded as ``unknown: <why>``). R is the Rscript on PATH, Julia the one the Julia port runs."""
+    import numpy as np
+
+    impls = set(impls)
+    out = {
+        "attention_ports": tool_version(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    if "torch" in impls:
+        try:
+            out["torch"] = version("torch")
+        except PackageNotFoundError:
+            out["torch"] = "unknown: not installed"
+    if "r" in impls:
+        rscript = shutil.which("Rscript")
+        ok, said = (
+            (False, "Rscript is not on PATH")
+            if rscript is None
+            else _probe([rscript, "--vanilla", "-e", "cat(R.version.string)"])
+        )
+        out["r"] = said if ok else f"unknown: {said}"
+    if "julia" in impls:
+        try:
+            from ports.julia_adapter import find_julia
+
+            ok, said = _probe([find_julia(), "--startup-file=no", "--version"])
+        except Exception as exc:  # no Julia: the run reported it as unavailable already
+            ok, said = False, str(exc)
+        out["julia"] = said if ok else f"unknown: {said}"
+    return out
+
+
+def main(needs: list[str] | None) -> int:
+    pkg = tool_version()
     where = f"installed package {paths.PACKAGE_DIR}" if paths.installed() else f"checkout {paths.ASSET_ROOT}"
     print(f"attention-ports {pkg}: {where}")
     text, ok = report(run_checks(needs or NEEDS))

@@ -36,9 +36,6 @@ class PortView:
     def axes(self, ndim: int) -> tuple[int, ...]:
         return tuple(self.permutation(ndim))
 
-    def reorders(self, ndim: int) -> bool:
-        return self.axes(ndim) != identity(ndim)
-
     def shape(self, reference_shape: Sequence[int]) -> tuple[int, ...]:
         return tuple(int(reference_shape[a]) for a in self.axes(len(reference_shape)))
 
@@ -90,8 +87,3 @@ def layout_rule(language: str, name: str, axis_names: Sequence[str] | None) -> s
     if len(axis_names) == 2:
         text += f", one {axis_names[1]} per column" if language == "Julia" else f", one {axis_names[0]} per row"
     return text
-
-
-def reference_at(name: str, index: Sequence[int]) -> str:
-    """An element in the reference layout, 0-based: ``weights[2, 0]``."""
-    return f"{name}[{', '.join(str(int(i)) for i in index)}]" if len(index) else name

@@ -178,10 +178,19 @@ def repro_command(impl: str, case: str, port: Path | None, fixtures_dir: Path | 
     """The command that runs just this case again, shell-quoted (a path may hold spaces or quotes)."""
     parts = ["attention-ports", "verify", "--impl", impl, "--case", case]
     if port is not None:
-        parts += ["--port", f"{impl}={port}"]
+        parts += ["--port", f"{impl}={shown_path(port)}"]
     if fixtures_dir is not None and fixtures_dir.resolve() != _default_dir():
-        parts += ["--dir", str(fixtures_dir)]
+        parts += ["--dir", shown_path(fixtures_dir)]
     return shlex.join(parts)
+
+
+def shown_path(path: Path) -> str:
+    """A path as the user gave it: relative to the current directory when it lies under it (the
+    repro line then also runs on a colleague's checkout or another CI runner), else absolute."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
 
 
 def _default_dir() -> Path:

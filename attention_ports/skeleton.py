@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from attention_ports import ops
+from attention_ports.fixtures import current_umask
 from attention_ports.ops import Role
 
 LANGUAGES = ("r", "julia")
@@ -337,6 +338,8 @@ def write(lang: str, path: Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            # mkstemp makes the file 0600: give it the mode a plain open() would (0644 under umask 022)
+            os.fchmod(fh.fileno(), 0o666 & ~current_umask())
             fh.write(render(lang, str(path)))
         # link() refuses an existing target: no race with a file created meanwhile.
         os.link(tmp, path)

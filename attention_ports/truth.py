@@ -250,10 +250,6 @@ def cache_key(op, inputs: Mapping[str, np.ndarray], options, masked_query: str, 
     return h.hexdigest()
 
 
-def clear_memo() -> None:
-    _MEMO.clear()
-
-
 Job = tuple[str, str, dict[str, np.ndarray], dict[str, Any]]  # (label, op, inputs, options)
 
 

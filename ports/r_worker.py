@@ -63,20 +63,24 @@ class EmbeddedR:
         try:
             import rpy2.situation
         except Exception as exc:
-            raise Unavailable(f"r: cannot import rpy2 ({type(exc).__name__}: {exc}); run scripts/install_r.sh") from exc
+            raise Unavailable(
+                f"r: cannot import rpy2 ({type(exc).__name__}: {exc}); run `attention-ports setup r`"
+            ) from exc
         # A wrong R_HOME makes R's initialisation exit() the whole process ("unable to open the base
         # package"): check it first, while it can still be reported.
         r_home = rpy2.situation.get_r_home()
         if not r_home or not os.path.isdir(os.path.join(r_home, "library", "base")):
             raise Unavailable(
                 f"r: no usable R installation (R_HOME={r_home!r} has no library/base); "
-                "install R (scripts/install_r.sh) or fix R_HOME"
+                "install R and rpy2 (`attention-ports setup r`) or fix R_HOME"
             )
         try:
             import rpy2.rinterface as ri
             from rpy2.rinterface_lib import callbacks, embedded, openrlib
         except Exception as exc:  # ImportError, or OSError / undefined symbol from a mismatched libR
-            raise Unavailable(f"r: cannot import rpy2 ({type(exc).__name__}: {exc}); run scripts/install_r.sh") from exc
+            raise Unavailable(
+                f"r: cannot import rpy2 ({type(exc).__name__}: {exc}); run `attention-ports setup r`"
+            ) from exc
         try:
             if not embedded.isready():
                 ri.initr_simple()  # rpy2 sets R_SignalHandlers = 0: a segfault ends this process

@@ -1,6 +1,7 @@
 """The example CI workflow (examples/ci/github-actions.yml) runs: its shell steps, taken from the
-YAML as they are, executed in order in a temporary folder holding a team's one port, with the
-installed wheel standing in for ``ATTENTION_PORTS_PIP`` and ``CI=true`` as GitHub sets it.
+YAML as they are, executed in order in a temporary folder holding a polyglot team's R port and
+Julia port, with the installed wheel standing in for ``ATTENTION_PORTS_PIP``, ``CI=true`` and a
+``GITHUB_STEP_SUMMARY`` file as GitHub sets them.
 
 The ``uses:`` steps are GitHub's (check-out, Python, Julia, artifact upload); the test stands in
 for them: the folder is the check-out, the venv of ``installed_tool`` is the Python, the
@@ -10,9 +11,9 @@ checkout's Julia (``$JULIA``) is the Julia, and the report the upload would take
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
 import yaml
 
 from attention_ports.fixtures import REPO_FIXTURES, iter_entries
@@ -36,7 +37,7 @@ def load_workflow() -> tuple[dict[str, str], list[dict]]:
 
 def test_the_workflow_is_plain_shell_steps_and_known_actions() -> None:
     env, steps = load_workflow()
-    assert {"PORT_LANG", "PORT_FILE", "ATTENTION_PORTS_PIP"} <= set(env)
+    assert {"R_PORT", "JULIA_PORT", "ATTENTION_PORTS_PIP"} <= set(env)
     uses = {s["uses"].split("@")[0] for s in steps if "uses" in s}
     assert uses == STANDS_IN_FOR
     runs = [s for s in steps if "run" in s]
@@ -72,38 +73,54 @@ def run_steps(tool: InstalledTool, repo: Path, env: dict[str, str | None], steps
     return outputs
 
 
-@pytest.mark.parametrize("lang", ["r", "julia"])
-def test_the_ci_example_passes_a_correct_port_and_fails_a_wrong_one(
-    lang: str, installed_tool: InstalledTool, user_dir: Path, checkout_julia: str
+def test_the_ci_example_passes_correct_ports_and_fails_a_wrong_one(
+    installed_tool: InstalledTool, user_dir: Path, checkout_julia: str
 ) -> None:
     wf_env, steps = load_workflow()
-    one_port_repo(user_dir, lang)
+    for lang in ("r", "julia"):
+        one_port_repo(user_dir, lang)
+    summary = user_dir / "step_summary.md"
+    summary.write_text("## an earlier step\n")
     env: dict[str, str | None] = {
         **wf_env,
-        "PORT_LANG": lang,
-        "PORT_FILE": PORT_FILE[lang],
+        "R_PORT": PORT_FILE["r"],
+        "JULIA_PORT": PORT_FILE["julia"],
         "ATTENTION_PORTS_PIP": str(installed_tool.wheel),
         "CI": "true",
+        "GITHUB_STEP_SUMMARY": str(summary),
         # setup-julia's part: a julia for `attention-ports setup julia` to find.
-        "JULIA": checkout_julia if lang == "julia" else None,
+        "JULIA": checkout_julia,
     }
     out = run_steps(installed_tool, user_dir, env, steps)
 
     n = sum(1 for _ in iter_entries(REPO_FIXTURES))
     assert "everything required is present" in out["Show what is available"]
-    assert f"{lang}: {n} pass" in out["Verify the port on every fixture case"]
+    verify_out = out["Verify the ports on every fixture case"]
+    assert f"r: {n} pass" in verify_out and f"julia: {n} pass" in verify_out
     pytest_out = out["Conformance suite with pytest"]
-    assert f"{n} passed" in pytest_out and f"fixture cases passed per implementation: {lang}: {n}/{n}" in pytest_out
-    report = json.loads((user_dir / "attention-ports.json").read_text())  # what upload-artifact keeps
+    assert f"{2 * n} passed" in pytest_out
+    assert f"r: {n}/{n}" in pytest_out and f"julia: {n}/{n}" in pytest_out
+    # What upload-artifact keeps: every report, both ports in each.
+    reports = user_dir / "reports"
+    report = json.loads((reports / "attention-ports.json").read_text())
     assert report["summary"]["ok"] is True
-    assert report["summary"]["implementations"] == {lang: {"pass": n}}
+    assert report["summary"]["implementations"] == {"r": {"pass": n}, "julia": {"pass": n}}
+    junit = ET.parse(reports / "attention-ports.xml").getroot()
+    assert junit.get("tests") == str(2 * n) and junit.get("failures") == "0"
+    assert ET.parse(reports / "pytest.xml").getroot().find("testsuite").get("tests") == str(2 * n)
+    assert "PASS: all" in (reports / "attention-ports.html").read_text()
+    # The step summary: appended to, not replaced.
+    text = summary.read_text()
+    assert text.startswith("## an earlier step\n") and "## attention-ports verify: PASS" in text
 
-    # The same verify step on a port with a realistic mistake fails the job.
-    wrong = "user_sdpa_unscaled.R" if lang == "r" else "user_sdpa_unscaled.jl"
-    (user_dir / wrong).write_text((ROOT / "tests" / "data" / "ports" / lang / wrong).read_text())
-    (verify,) = [s for s in steps if s.get("name") == "Verify the port on every fixture case"]
-    failed = run_step(installed_tool, user_dir, {**env, "PORT_FILE": wrong}, verify)
+    # The same verify step on an R port with a realistic mistake fails the job.
+    wrong = "user_sdpa_unscaled.R"
+    (user_dir / wrong).write_text((ROOT / "tests" / "data" / "ports" / "r" / wrong).read_text())
+    (verify,) = [s for s in steps if s.get("name") == "Verify the ports on every fixture case"]
+    failed = run_step(installed_tool, user_dir, {**env, "R_PORT": wrong}, verify)
     assert failed.returncode == 1, failed.stdout + failed.stderr
-    rows = json.loads((user_dir / "attention-ports.json").read_text())["results"]
-    assert {r["case"] for r in rows if r["status"] == "fail"} >= {"sdpa_L2_d3", "sdpa_custom_scale"}
-    assert {r["status"] for r in rows if r["case"] == "sdpa_unscaled"} == {"pass"}
+    rows = json.loads((reports / "attention-ports.json").read_text())["results"]
+    r_rows = [r for r in rows if r["impl"] == "r"]
+    assert {r["case"] for r in r_rows if r["status"] == "fail"} >= {"sdpa_L2_d3", "sdpa_custom_scale"}
+    assert {r["status"] for r in r_rows if r["case"] == "sdpa_unscaled"} == {"pass"}
+    assert {r["status"] for r in rows if r["impl"] == "julia"} == {"pass"}

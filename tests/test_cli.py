@@ -138,3 +138,43 @@ def test_an_operation_missing_from_a_shipped_port_fails_verify(monkeypatch, caps
     out = capsys.readouterr().out
     assert "softmax is not defined in reference" in out
     assert "the shipped port(s) reference lack operations" in out
+
+
+def test_a_repro_line_keeps_a_relative_port_path_relative(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from tests.faults.conftest import check_runtime
+
+    check_runtime("r")
+    monkeypatch.chdir(Path(__file__).resolve().parent)
+    port = "data/ports/r/mask_multiplied.R"
+    code = cli.main(["verify", "--quiet", "--port", f"r={port}", "--case", "sdpa_causal_additive"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"repro: attention-ports verify --impl r --case sdpa_causal_additive --port r={port}\n" in out
+
+
+def test_quiet_says_a_ports_undeclared_operations_in_one_line(capsys) -> None:
+    from tests.faults.conftest import check_runtime
+
+    check_runtime("r")
+    port = Path(__file__).resolve().parent / "data" / "ports" / "r" / "mask_multiplied.R"
+    assert cli.main(["verify", "--quiet", "--port", f"r={port}"]) == 1
+    out = capsys.readouterr().out
+    undeclared = [ln for ln in out.splitlines() if "not among the operations" in ln or "not provided" in ln]
+    assert len(undeclared) == 1, undeclared
+    assert undeclared[0].startswith("[r] 72 case(s) missing, operations not provided: self_attention (16 cases),")
+    assert "softmax (12 cases)" in undeclared[0] and "not failures unless --strict" in undeclared[0]
+    assert "(e.g. self_attention is not among the operations" in undeclared[0]
+
+
+def test_an_unusable_r_is_said_once_with_the_installer_a_wheel_user_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A real R worker started against an R_HOME without R: every case is unusable for one reason."""
+    monkeypatch.setenv("R_HOME", str(tmp_path))
+    port = Path(__file__).resolve().parent / "data" / "ports" / "r" / "mask_multiplied.R"
+    assert cli.main(["verify", "--quiet", "--port", f"r={port}"]) == 1
+    out = capsys.readouterr().out
+    said = [ln for ln in out.splitlines() if "no usable R installation" in ln]
+    assert len(said) == 1, said
+    assert said[0].startswith("[r] 103 cases error (seed000_four_words,")
+    assert "`attention-ports setup r`" in said[0] and "install_r.sh" not in out

@@ -7,7 +7,9 @@ is `missing`; an author who fills one in and lists it gets a real verdict for it
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -143,3 +145,14 @@ def test_a_skeleton_with_softmax_filled_in_passes_softmax(lang: str, tmp_path: P
     n_softmax = _n_cases("softmax")
     assert f"{lang}: {_n_cases() - n_softmax} missing, {n_softmax} pass" in out, out
     assert code == 0
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
+def test_init_gives_the_skeleton_the_mode_the_umask_allows(umask: int, mode: int, tmp_path: Path, capsys) -> None:
+    old = os.umask(umask)
+    try:
+        assert cli.main(["init", "r", str(tmp_path / "port.R")]) == 0
+    finally:
+        os.umask(old)
+    capsys.readouterr()
+    assert stat.S_IMODE((tmp_path / "port.R").stat().st_mode) == mode

@@ -103,3 +103,19 @@ def test_under_xdist_the_zero_pass_rule_is_decided_on_the_controller(tmp_path: P
     assert one.returncode == 0, _out(one)
     assert "fixture cases passed per implementation: r: 2/4" in one.stdout
     assert "created: 2/2 workers" in one.stdout
+
+
+def test_the_contracts_pytest_command_runs_the_fixture_cases(tmp_path: Path) -> None:
+    """ports/CONTRACT.md's own pytest line, as a user pastes it (their port's path put in)."""
+    from tests.faults.conftest import check_runtime
+
+    check_runtime("r")
+    text = (ROOT / "ports" / "CONTRACT.md").read_text()
+    (line,) = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("pytest ") and "--port r=" in ln]
+    args = line.replace("path/to/my_port.R", str(SOFTMAX_ONLY)).split()[1:]
+    proc = run_pytest(tmp_path, *args, "-q")
+    assert proc.returncode == 0, _out(proc)  # 5 would be "no tests ran"
+    from attention_ports.fixtures import REPO_FIXTURES, iter_entries
+
+    n_softmax = sum(e["op"] == "softmax" for e in iter_entries(REPO_FIXTURES))  # all the port declares
+    assert f"{n_softmax} passed" in proc.stdout, _out(proc)

@@ -9,8 +9,12 @@ show the failing case's heatmaps, and the rendered DOM must hold the table and t
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
+import platform
+import re
 import shutil
 import struct
 import subprocess
@@ -23,12 +27,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from attention_ports import cli, progress
+from attention_ports import cli, doctor, progress
 from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case
 from attention_ports.impl import Arrays, Implementation
-from attention_ports.report import Report, html_page, json_report, junit, markdown, text
+from attention_ports.report import Report, heatmap, html_page, json_report, junit, markdown, text
 from attention_ports.report.model import cell_numbers
-from attention_ports.runner import CaseResult, judge, run_suite
+from attention_ports.runner import CaseResult, FailedArrays, OutputResult, judge, run_suite
 from tests.conftest import require
 from tests.faults.conftest import check_runtime
 
@@ -87,7 +91,7 @@ def test_a_failing_row_cannot_read_as_a_pass() -> None:
     nums = cell_numbers(res)
     assert nums["status"] == "FAIL" and nums["ulps"] == "-"
     assert float(nums["err/bnd"]) > 1e200  # 1e-9 against a bound of ~1e-301: the headline is the failure
-    row = text.table(Report([res])).splitlines()[-1]
+    row = next(ln for ln in text.table(Report([res])).splitlines() if ln.startswith(FAILING))
     assert row.split()[:2] == [FAILING, "FAIL"]
 
 
@@ -164,6 +168,21 @@ def test_json_v3_keeps_v2_fields_and_adds_the_diagnosis_and_agreement(report: Re
     assert doc["summary"]["ok"] is False
 
 
+def test_every_format_explains_its_marks_and_large_ulps() -> None:
+    """pass:0 (a masked-query convention) and a pass with ~1e+05 ulps come with their legends."""
+    from attention_ports.report.model import COLUMNS_LEGEND, CONVENTION_LEGEND, ULPS_NOTE
+
+    cases = ["sdpa_fully_masked_row", "sdpa_L256_d64"]
+    rep = Report(run_suite(REPO_FIXTURES, ["reference"], {}, cases, progress=None))
+    table = text.table(rep)
+    assert "pass:0" in table and CONVENTION_LEGEND in table and COLUMNS_LEGEND in table
+    acc = text.accuracy_table(rep)
+    assert re.search(r" \de\+0[4-9] / 0\.", acc) and acc.endswith(ULPS_NOTE)
+    md = markdown.render(rep)
+    assert "pass:0" in md and f"{CONVENTION_LEGEND}." in md and f"{COLUMNS_LEGEND}." in md
+    assert CONVENTION_LEGEND in html_page.render(rep).replace("&#x27;", "'")
+
+
 # ---------------------------------------------------------------- JUnit
 
 
@@ -187,9 +206,17 @@ def test_junit_has_one_testcase_per_implementation_and_case(report: Report, tmp_
     r_suite = {tc.get("name"): tc for tc in suites[1].findall("testcase")}
     failure = r_suite[FAILING].find("failure")
     assert failure is not None
-    assert failure.get("message") == (
+    # the headline and the diagnosis: an annotation reporter shows the attribute, not the body
+    assert failure.get("message").startswith(
         "case 'sdpa_causal_additive', output 'output': 28 of 32 elements (87.5%) differ beyond their error bounds"
+        " -- diagnosis: wrong only in the queries 1, 2, 3, 4, 5, 6, 7, where the mask acts;"
     )
+    assert "the mask is applied wrongly" in failure.get("message")
+    # classnames group by implementation and operation
+    assert {tc.get("classname") for tc in suites[1].findall("testcase")} == {
+        "attention_ports.r.scaled_dot_product_attention",
+        "attention_ports.r.softmax",
+    }
     assert "  diagnosis: wrong only in the queries" in failure.text
     assert "  what this case tests: The same causal mask in additive form" in failure.text
     assert r_suite[MISSING].find("skipped") is not None
@@ -203,7 +230,11 @@ def test_junit_under_strict_fails_a_missing_case_and_survives_control_characters
 ) -> None:
     path = tmp_path / "strict.xml"
     junit.write_junit(Report(report.results, strict=True), path)
-    tcs = {tc.get("name"): tc for tc in ET.parse(path).getroot().iter("testcase") if "r" == tc.get("classname")[-1]}
+    tcs = {
+        tc.get("name"): tc
+        for tc in ET.parse(path).getroot().iter("testcase")
+        if tc.get("classname").startswith("attention_ports.r.")
+    }
     assert tcs[MISSING].find("failure") is not None
     assert junit.clean("colour \x1b[31mred\x1b[0m\x00") == "colour \\x1b[31mred\\x1b[0m\\x00"
 
@@ -229,6 +260,23 @@ def test_markdown_summary_leads_with_the_verdict_and_lists_each_failure(report: 
     assert markdown._cell("a|b\nc") == "a\\|b c"
 
 
+def test_markdown_appends_to_the_github_step_summary_and_replaces_any_other_file(
+    report: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = tmp_path / "step_summary"
+    summary.write_text("## an earlier step's summary\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    doc = markdown.render(report)
+    monkeypatch.chdir(tmp_path)
+    markdown.write_markdown(report, Path("step_summary"))  # the same file, spelt relatively
+    markdown.write_markdown(report, summary)
+    assert summary.read_text() == "## an earlier step's summary\n" + ("\n" + doc) * 2
+    other = tmp_path / "summary.md"
+    other.write_text("old")
+    markdown.write_markdown(report, other)
+    assert other.read_text() == doc
+
+
 # ---------------------------------------------------------------- HTML
 
 
@@ -247,7 +295,6 @@ def test_html_page_is_self_contained_with_heatmaps_for_the_failure(report: Repor
 def test_html_heatmaps_of_a_julia_port_are_drawn_in_julias_layout() -> None:
     from attention_ports.ops import Role
     from attention_ports.portview import PortView
-    from attention_ports.runner import FailedArrays, OutputResult
     from ports import julia_adapter
 
     e = np.arange(6.0).reshape(3, 2) / 10  # reference layout: 3 queries x 2 keys
@@ -259,6 +306,53 @@ def test_html_heatmaps_of_a_julia_port_are_drawn_in_julias_layout() -> None:
     assert "weights: Julia layout, key x query, 1-based, shape (2, 3)" in section
     assert "<title>weights[1, 3]: NaN</title>" in section  # the NaN at the reference's [2, 0]
     assert "rows: key, columns: query" in section
+
+
+def _many_large_failures(n: int = 20, shape: tuple[int, ...] = (4, 256, 256)) -> Report:
+    """``n`` failures of a 3-D output, each wrong from another query on, one cause named in each."""
+    rng = np.random.default_rng(16)
+    results = []
+    for k in range(n):
+        e = rng.standard_normal(shape)
+        a = e.copy()
+        a[:, k:, :] += rng.standard_normal((shape[0], shape[1] - k, shape[2]))
+        out = OutputResult(
+            "r",
+            f"case{k}",
+            "weights",
+            "fail",
+            diagnosis=f"wrong only in the queries {k + 1}, {k + 2}: the mask is applied wrongly",
+            arrays=FailedArrays(e, a, np.full(shape, 1e-15)),
+        )
+        results.append(CaseResult("r", f"case{k}", "scaled_dot_product_attention", [out]))
+    return Report(results)
+
+
+def test_a_report_of_twenty_large_failures_stays_small_pooled_and_grouped() -> None:
+    """Per-element SVG made this report 68 MB (measured); pooled images keep it under 1 MB."""
+    page = html_page.render(_many_large_failures())
+    assert len(page) < 1_000_000, len(page)
+    heatmaps = re.findall(r'<svg [^>]*class="heatmap".*?</svg>', page)
+    assert len(heatmaps) == 20 * 4 * 3  # 4 heads of expected, actual, error per failure
+    assert max(len(h) for h in heatmaps) < 8_000
+    assert "256 x 256 pooled to 64 x 64: worst of each" in page
+    assert "256 x 256 pooled to 64 x 64: mean of each" in page
+    # one image per heatmap, 64 x 64 indexed pixels
+    png = base64.b64decode(re.search(r'href="data:image/png;base64,([^"]+)"', heatmaps[2]).group(1))
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (64, 64)
+    # colour scales: the values' (numbered with the row's range) per row, the error's once
+    assert page.count('class="colour-scale" data-kind="values"') == 20 * 4
+    assert page.count('class="colour-scale" data-kind="error"') == 1
+    # the shared cause, said once, linking all twenty
+    assert "<b>20 failures</b> share one cause: the mask is applied wrongly" in page
+    assert page.count("(a cause 20 failures share: see above)") == 20
+
+
+def test_a_small_array_keeps_a_titled_cell_per_element() -> None:
+    e = np.arange(12.0).reshape(3, 4)
+    out = heatmap.svg(e, "expected", "expected", scale=11.0, name="w", base=1)
+    assert out.count("<rect") == 12 and "<image" not in out
+    assert "<title>w[3, 4]: 11</title>" in out
 
 
 def _png_rgb(path: Path) -> np.ndarray:
@@ -352,6 +446,26 @@ def test_html_report_renders_in_a_headless_browser(report: Report, tmp_path: Pat
     assert f'data-case="{FAILING}"' in dom and 'class="heatmap" data-kind="error"' in dom
 
 
+def test_pooled_heatmap_images_render_in_a_headless_browser(tmp_path: Path) -> None:
+    """The pooled PNG heatmaps draw: the error map's dark red (~1e15 x bound) and the values' colours."""
+    browser = _chromium()
+    page = tmp_path / "large.html"
+    html_page.write_html(_many_large_failures(n=1, shape=(1, 256, 256)), page)
+    shot = tmp_path / "large.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'p'}"]
+    subprocess.run(
+        [browser, *flags, "--window-size=1200,1400", f"--screenshot={shot}", page.as_uri()],
+        env={**os.environ, "HOME": str(tmp_path)},
+        capture_output=True,
+        timeout=180,
+        check=True,
+    )
+    pixels = _png_rgb(shot)
+    r, g, b = pixels[..., 0], pixels[..., 1], pixels[..., 2]
+    assert ((r > 120) & (r < 180) & (g < 40) & (b < 40)).sum() > 20_000  # the 256 x 256 px error image
+    assert ((b == 255) & (r < 240)).sum() > 500  # negative values: blue (pale: block means of noise)
+
+
 # ---------------------------------------------------------------- the command line and progress
 
 
@@ -365,10 +479,34 @@ def test_verify_writes_every_report_format(tmp_path: Path, capsys: pytest.Captur
         args += [flag, str(path)]
     assert cli.main(args) == 0
     capsys.readouterr()
-    assert json.loads(targets["--json"].read_text())["summary"]["ok"] is True
+    doc = json.loads(targets["--json"].read_text())
+    assert doc["summary"]["ok"] is True
+    # meta says what judged what: the tool's and runtimes' versions, the fixtures' manifest hash
+    assert doc["meta"]["versions"] == {
+        "attention_ports": doctor.tool_version(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    manifest = (REPO_FIXTURES / "manifest.json").read_bytes()
+    assert doc["meta"]["fixtures"]["manifest_sha256"] == hashlib.sha256(manifest).hexdigest()
     assert ET.parse(targets["--junit"]).getroot().get("failures") == "0"
     assert targets["--markdown"].read_text().startswith("## attention-ports verify: PASS: all 6 cases agree")
     assert "PASS: all 6 cases agree with the truth" in targets["--html"].read_text()
+
+
+def test_the_json_meta_records_the_versions_of_the_runtimes_a_run_used(tmp_path: Path, capsys) -> None:
+    check_runtime("r")
+    check_runtime("julia")
+    path = tmp_path / "r.json"
+    args = ["verify", "--quiet", "--impl", "torch", "--impl", "r", "--impl", "julia", "--case", "seed000_four_words"]
+    assert cli.main([*args, "--json", str(path)]) == 0
+    capsys.readouterr()
+    versions = json.loads(path.read_text())["meta"]["versions"]
+    assert re.fullmatch(r"R version \d+\.\d+\.\d+.*", versions["r"]), versions
+    assert re.fullmatch(r"julia version \d+\.\d+\.\d+", versions["julia"]), versions
+    import torch
+
+    assert versions["torch"] == torch.__version__
 
 
 def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_in_a_log() -> None:

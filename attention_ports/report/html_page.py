@@ -15,7 +15,7 @@ import numpy as np
 
 from attention_ports.fixtures import atomic_write
 from attention_ports.report import heatmap
-from attention_ports.report.model import Report, cell_numbers, port_layout
+from attention_ports.report.model import CONVENTION_LEGEND, Report, cause, cell_numbers, port_layout, shared_causes
 from attention_ports.runner import CaseResult, OutputResult
 
 MAX_SLICES = 4  # heads of a 3-D output drawn per failure
@@ -164,7 +164,24 @@ def _heatmaps(r: CaseResult, o: OutputResult) -> str:
     return "".join(parts)
 
 
-def _failure(report: Report, r: CaseResult) -> str:
+def _shared(shared: dict[str, list[CaseResult]]) -> str:
+    if not shared:
+        return ""
+    items = []
+    for text, rs in shared.items():
+        links = ", ".join(
+            f'<a href="#{_e(_anchor(r))}">{_e(r.impl)} &middot; <code>{_e(r.case)}</code></a>' for r in rs
+        )
+        items.append(f"<li><b>{len(rs)} failures</b> share one cause: {_e(text)}<br>{links}</li>")
+    return (
+        "<h3>Failures that share a cause</h3>"
+        '<p class="meta">Their diagnoses name the same mistake (in different places): fixing it once '
+        "is likely to fix them all.</p>"
+        f'<ul class="shared">{"".join(items)}</ul>'
+    )
+
+
+def _failure(report: Report, r: CaseResult, shared: dict[str, list[CaseResult]] | None = None) -> str:
     parts = [
         f'<div class="failure" id="{_e(_anchor(r))}">',
         f"<h3>{_e(r.impl)} &middot; <code>{_e(r.case)}</code> &middot; {_e(r.op)}: {_e(r.status.upper())}</h3>",
@@ -178,7 +195,9 @@ def _failure(report: Report, r: CaseResult) -> str:
             continue
         parts.append(f"<h4>output <code>{_e(o.output)}</code>: {_e(o.status)}</h4>")
         if o.diagnosis:
-            parts.append(f'<p class="diagnosis"><b>Diagnosis:</b> {_e(o.diagnosis)}</p>')
+            n = len((shared or {}).get(cause(o.diagnosis), ()))
+            also = f" <i>(a cause {n} failures share: see above)</i>" if n > 1 else ""
+            parts.append(f'<p class="diagnosis"><b>Diagnosis:</b> {_e(o.diagnosis)}{also}</p>')
         parts.append(_heatmaps(r, o))
     parts.append(f"<pre>{_e(r.message())}</pre></div>")
     return "".join(parts)
@@ -215,12 +234,14 @@ def render(report: Report) -> str:
         '<p class="meta">Each cell: status &middot; the worst error as a fraction of its bound (1 = the limit; '
         "nan/inf: a NaN or an infinity where a number belongs) &middot; elements beyond their bounds.</p>",
         _case_table(report),
+        f'<p class="meta">{_e(CONVENTION_LEGEND)}.</p>' if any(r.masked_query for r in report.results) else "",
         "<h2>Agreement between implementations</h2>",
         _agreement(report),
     ]
     if failures:
-        body += ["<h2>Failures</h2>", heatmap.legend()]
-        body += [_failure(report, r) for r in failures[:MAX_FAILURE_SECTIONS]]
+        shared = shared_causes(failures)
+        body += ["<h2>Failures</h2>", _shared(shared), heatmap.legend()]
+        body += [_failure(report, r, shared) for r in failures[:MAX_FAILURE_SECTIONS]]
         if len(failures) > MAX_FAILURE_SECTIONS:
             body.append(
                 f'<p class="meta">{len(failures) - MAX_FAILURE_SECTIONS} more failures: see the JSON report.</p>'

@@ -1,9 +1,11 @@
 """JUnit XML for CI systems: one ``<testcase>`` per implementation x case.
 
 The layout every CI reader accepts (Jenkins, GitLab, GitHub test reporters, junitparser): a
-``<testsuites>`` root with one ``<testsuite>`` per implementation, ``classname`` the implementation
-and ``name`` the case id. A failing case holds ``<failure>`` (its message attribute the first line,
-its text the whole failure message with the diagnosis, the case's reason and the repro), an
+``<testsuites>`` root with one ``<testsuite>`` per implementation, ``classname``
+``attention_ports.<implementation>.<operation>`` (reporters group by it: a port's softmax failures
+sit together) and ``name`` the case id. A failing case holds ``<failure>``: its message attribute
+the headline and the diagnosis (the attribute is what annotation reporters such as GitHub's show),
+its text the whole failure message with the case's reason and the repro. An
 error ``<error>``, a missing or unavailable case ``<skipped>`` (``<failure>`` under ``--strict`` for
 missing). The case's reason and flags are ``<properties>``; each ``<testsuite>`` holds the run's
 headline as its property ``verdict``.
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from attention_ports.fixtures import atomic_write
 from attention_ports.report.model import Report
+from attention_ports.runner import CaseResult
 
 SUITE = "attention-ports"
 # XML 1.0 cannot hold these at all, escaped or not; a port's printed output may (colour codes).
@@ -30,6 +33,15 @@ def clean(text: str) -> str:
 def _first_line(text: str, limit: int = 300) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return clean(line if len(line) <= limit else line[: limit - 3] + "...")
+
+
+def _headline(r: CaseResult, text: str, limit: int = 1000) -> str:
+    """The failure's first line and, when diagnose.py named the mistake, the diagnosis: what an
+    annotation shows without opening the log."""
+    parts = [_first_line(text, limit)]
+    parts += [f"diagnosis: {clean(d)}" for d in dict.fromkeys(o.diagnosis for o in r.outputs if o.diagnosis)]
+    line = " -- ".join(p for p in parts if p)
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def element(report: Report) -> ET.Element:
@@ -49,7 +61,8 @@ def element(report: Report) -> ET.Element:
                 continue
             counts["tests"] += 1
             seconds += r.seconds
-            tc = ET.SubElement(suite, "testcase", classname=f"{SUITE}.{impl}", name=case, time=f"{r.seconds:.3f}")
+            classname = f"attention_ports.{impl}.{r.op}"
+            tc = ET.SubElement(suite, "testcase", classname=classname, name=case, time=f"{r.seconds:.3f}")
             if r.reason or r.flags:
                 props = ET.SubElement(tc, "properties")
                 ET.SubElement(props, "property", name="operation", value=r.op)
@@ -60,10 +73,10 @@ def element(report: Report) -> ET.Element:
             text = clean(r.message())
             if r.status == "error":
                 counts["errors"] += 1
-                ET.SubElement(tc, "error", message=_first_line(text), type="error").text = text
+                ET.SubElement(tc, "error", message=_headline(r, text), type="error").text = text
             elif report.is_failing(r):
                 counts["failures"] += 1
-                ET.SubElement(tc, "failure", message=_first_line(text), type=r.status).text = text
+                ET.SubElement(tc, "failure", message=_headline(r, text), type=r.status).text = text
             elif r.status in ("missing", "unavailable"):
                 counts["skipped"] += 1
                 ET.SubElement(tc, "skipped", message=_first_line(text) or r.status)

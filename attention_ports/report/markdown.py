@@ -4,14 +4,20 @@ The verdict first, counts per implementation, then one row per failing case with
 each failure's whole message in a collapsed block, and the full case table collapsed at the end.
 GitHub caps a step summary at 1 MiB: at most ``MAX_DETAILS`` failures get a message block, each cut
 at ``MAX_MESSAGE`` characters (the JSON and JUnit reports keep everything).
+
+Written to the file ``$GITHUB_STEP_SUMMARY`` names, the summary is appended, as GitHub expects of
+every step (other steps' summaries stay); anywhere else the file is replaced. Either way the
+summary lands whole or not at all: a replacement is a rename, an append one ``write`` call on an
+``O_APPEND`` descriptor.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from attention_ports.fixtures import atomic_write
-from attention_ports.report.model import STATUSES, Report, cell_numbers
+from attention_ports.report.model import COLUMNS_LEGEND, CONVENTION_LEGEND, STATUSES, Report, cell_numbers
 
 MAX_DETAILS = 50
 MAX_MESSAGE = 4000
@@ -83,9 +89,35 @@ def render(report: Report) -> str:
             status = f"**{nums['status']}**" if report.is_failing(r) else nums["status"]
             cells.append(f"{status} {nums['err/bnd']}" if nums["err/bnd"] != "-" else status)
         lines.append(f"| `{_cell(case)}` | " + " | ".join(cells) + " |")
+    lines += ["", f"Each cell: status and err/bnd. {COLUMNS_LEGEND}."]
+    if any(r.masked_query for r in report.results):
+        lines += ["", f"{CONVENTION_LEGEND}."]
     lines += ["", "</details>", ""]
     return "\n".join(lines)
 
 
+def is_step_summary(path: Path) -> bool:
+    """``path`` is the GitHub step summary file (``$GITHUB_STEP_SUMMARY``), however either is spelt."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    return bool(summary) and os.path.realpath(summary) == os.path.realpath(path)
+
+
+def append_whole(path: Path, data: bytes) -> None:
+    """Append ``data`` in one ``write`` on an ``O_APPEND`` descriptor: another step's or process's
+    appends go before or after it, never inside; a short write (a full disk) is an error."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        written = os.write(fd, data)
+    finally:
+        os.close(fd)
+    if written != len(data):
+        raise OSError(f"{path}: wrote {written} of {len(data)} bytes of the markdown summary")
+
+
 def write_markdown(report: Report, path: Path) -> None:
-    atomic_write(path, render(report).encode())
+    data = render(report).encode()
+    if is_step_summary(path):
+        append_whole(path, b"\n" + data)  # a blank line: a heading after another step's last line
+    else:
+        atomic_write(path, data)

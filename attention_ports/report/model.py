@@ -34,6 +34,16 @@ CONVENTION_LEGEND = (
     "pass:0, pass:NaN, pass:1/n (FAIL: likewise): a case with a query whose mask removes every key, judged by "
     "the implementation's masked_query convention zeros, nan or uniform (ports/CONTRACT.md)"
 )
+COLUMNS_LEGEND = (
+    "err/bnd: the worst |actual - expected| as a fraction of its certified error bound (<= 1 passes; nan/inf: "
+    "a NaN or an infinity where a number belongs; shape: a wrong shape); bad: elements beyond their bounds; "
+    "ulps: the worst error in units in the last place of the expected value (passes only)"
+)
+ULPS_NOTE = (
+    "ulps inform, err/bnd decides: a pass can show 1e+05 ulps where an expected element is tiny beside the "
+    "terms that made it (a cancelling sum, a weight near 0); its bound scales with those terms, so it allows "
+    "many ulps of the small result"
+)
 
 
 def failing_statuses(strict: bool = False) -> set[str]:
@@ -293,3 +303,21 @@ def port_layout(o: OutputResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, st
         label = f"{arr.view.language} layout" + (f", {' x '.join(names)}" if names else "") + ", 1-based"
         return arr.view.to_port(e), arr.view.to_port(a), arr.view.to_port(ratio), label
     return e, a, ratio, "reference layout, 0-based"
+
+
+def cause(diagnosis: str) -> str:
+    """The mistake a diagnosis names, without where it shows: the text after its first ": "
+    (``wrong only in the queries 1, 2, where the mask acts; ...: the mask is applied wrongly``
+    -> ``the mask is applied wrongly``). Every diagnose.py line reads "where: what"."""
+    return diagnosis.split(": ", 1)[-1]
+
+
+def shared_causes(failures: list[CaseResult]) -> dict[str, list[CaseResult]]:
+    """Causes named by the diagnoses of two or more failures -> those failures, most shared first:
+    twenty failures with one cause are one mistake to fix, not twenty."""
+    by_cause: dict[str, list[CaseResult]] = {}
+    for r in failures:
+        for c in dict.fromkeys(cause(o.diagnosis) for o in r.outputs if o.diagnosis):
+            by_cause.setdefault(c, []).append(r)
+    shared = {c: rs for c, rs in by_cause.items() if len(rs) > 1}
+    return dict(sorted(shared.items(), key=lambda kv: -len(kv[1])))

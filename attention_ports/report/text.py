@@ -9,7 +9,16 @@ cell can show a small number as its headline (model.cell_numbers).
 
 from __future__ import annotations
 
-from attention_ports.report.model import CONVENTION_LEGEND, Report, cell_numbers, fmt_frac, fmt_ulps
+from attention_ports.report.model import (
+    COLUMNS_LEGEND,
+    CONVENTION_LEGEND,
+    ULPS_NOTE,
+    Report,
+    cell_numbers,
+    fmt_frac,
+    fmt_ulps,
+)
+from attention_ports.runner import CaseResult
 
 _WIDTHS = {"status": 8, "err/bnd": 8, "bad": 6, "ulps": 6}
 _CELL = " ".join(f"{k:<{w}}" if k == "status" else f"{k:>{w}}" for k, w in _WIDTHS.items())
@@ -31,6 +40,7 @@ def table(report: Report) -> str:
             r = report.cell(impl, case)
             row += f"  {'' if r is None else _cell(cell_numbers(r)):<{col_w}}"
         lines.append(row.rstrip())
+    lines.append(COLUMNS_LEGEND)
     if any(r.masked_query for r in report.results):
         lines.append(CONVENTION_LEGEND)
     return "\n".join(lines)
@@ -53,6 +63,7 @@ def accuracy_table(report: Report) -> str:
             text = "-" if cell is None else f"{fmt_ulps(cell['ulps'])} / {fmt_frac(cell['err_over_bound'])}"
             row += f"  {text:>18}"
         lines.append(row)
+    lines.append(ULPS_NOTE)
     return "\n".join(lines)
 
 
@@ -73,6 +84,41 @@ def summary_lines(report: Report) -> str:
     return "\n".join(lines)
 
 
+MAX_NAMED = 5  # cases named in a line that stands for many
+
+
+def _named(cases: list[str]) -> str:
+    more = f" and {len(cases) - MAX_NAMED} more" if len(cases) > MAX_NAMED else ""
+    return ", ".join(cases[:MAX_NAMED]) + more
+
+
 def failure_details(report: Report) -> str:
+    """Every case that did not pass, in run order; two kinds said once per implementation rather
+    than once per case: operations a port does not declare (every output missing: a partial port
+    leaves them out on purpose), and one message shared by several cases (the same text on
+    different cases is about the implementation, not the case: an R without rpy2)."""
     shown = report.failing_statuses | {"unavailable", "missing"}
-    return "\n\n".join(f"[{r.impl}] {r.message()}" for r in report.results if r.status in shown)
+    rows = [r for r in report.results if r.status in shown]
+    undeclared: dict[str, dict[str, list[CaseResult]]] = {}
+    by_message: dict[tuple[str, str, tuple[str, ...]], list[CaseResult]] = {}
+    for r in rows:
+        if all(o.status == "missing" for o in r.outputs) and r.outputs:
+            undeclared.setdefault(r.impl, {}).setdefault(r.op, []).append(r)
+            continue
+        key = (r.impl, r.status, tuple(dict.fromkeys(o.message for o in r.outputs if o.status != "pass")))
+        by_message.setdefault(key, []).append(r)
+    blocks = []
+    for (impl, status, messages), rs in by_message.items():
+        if len(rs) == 1 or not messages:
+            blocks += [f"[{r.impl}] {r.message()}" for r in rs]
+        else:
+            cases = [r.case for r in rs]
+            blocks.append(f"[{impl}] {len(rs)} cases {status} ({_named(cases)}), each with: " + "\n".join(messages))
+    for impl, ops in undeclared.items():
+        n = sum(map(len, ops.values()))
+        listed = ", ".join(f"{op} ({len(rs)} case{'s' * (len(rs) > 1)})" for op, rs in ops.items())
+        first = next(iter(ops.values()))[0]
+        said = next((o.message for o in first.outputs if o.message), "").removeprefix(f"case {first.case!r}: ")
+        strict = "they fail under --strict" if report.strict else "not failures unless --strict"
+        blocks.append(f"[{impl}] {n} case(s) missing, operations not provided: {listed} (e.g. {said}); {strict}")
+    return "\n\n".join(blocks)

@@ -1,8 +1,9 @@
 """The same run gives the same report, byte for byte: repeated, and side by side or one after another.
 
-The JSON report holds no timing and nothing of the machine's state, so any difference between two
-runs is a real nondeterminism (a race between concurrent implementations, an unordered merge, a
-reply matched to the wrong request, a port's state leaking between runs).
+The JSON report holds no timing and nothing of the machine's state but its runtimes' versions, so
+any difference between two runs on one machine is a real nondeterminism (a race between concurrent
+implementations, an unordered merge, a reply matched to the wrong request, a port's state leaking
+between runs).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def test_twenty_full_runs_give_byte_identical_json(tmp_path: Path, capsys: pytes
     want = first.read_bytes()
     summary = json.loads(want)["summary"]
     assert summary["ok"] is True and set(summary["implementations"]) == {"reference", "r"}
-    meta = {"implementations": ["reference", "r"], "ports": {}}
+    meta = cli.verify_meta(["reference", "r"], {}, REPO_FIXTURES.resolve())  # what the command wrote
     with registry.create("r") as r:
         for i in range(2, RUNS + 1):
             results = run_suite(REPO_FIXTURES, ["reference", "r"], live={"r": r})
