@@ -29,11 +29,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from attention_ports import doctor, installers, ops, paths, progress, registry, skeleton, supervisor
-from attention_ports.catalogue import CatalogueError
-from attention_ports.fixtures import REPO_FIXTURES, FixtureError, check, generate
-from attention_ports.impl import ImplementationUnavailable
-from attention_ports.mutation import MutantError
+from attention_ports.core import paths, progress
+from attention_ports.core.targets import TargetError, check_targets
+from attention_ports.fixtures.store import REPO_FIXTURES, FixtureError, check, generate
+from attention_ports.judge.runner import in_ci, run_suite
 from attention_ports.report import (
     Report,
     accuracy_table,
@@ -45,8 +44,12 @@ from attention_ports.report import (
     write_junit,
     write_markdown,
 )
-from attention_ports.runner import in_ci, run_suite
-from attention_ports.targets import TargetError, check_targets
+from attention_ports.runtimes import registry, supervisor
+from attention_ports.runtimes.impl import ImplementationUnavailable
+from attention_ports.spec import ops
+from attention_ports.spec.catalogue import CatalogueError
+from attention_ports.tools import doctor, installers, skeleton
+from attention_ports.tools.mutation import MutantError
 
 DEFAULT_IMPLS = list(registry.IMPLEMENTATIONS)
 
@@ -278,7 +281,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if random:
             print("attention-ports verify: --tier scale and --random are two different runs", file=sys.stderr)
             return EXIT_BAD_INPUT
-        from attention_ports import scale
+        from attention_ports.tiers import scale
 
         return scale.main(args)
     if random:
@@ -358,7 +361,7 @@ def cmd_verify_random(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        from attention_ports import generated
+        from attention_ports.tiers import random as generated
     except ImportError as exc:  # hypothesis is the optional extra attention-ports[random]
         print(
             f"attention-ports verify --random needs hypothesis ({exc}): pip install 'attention-ports[random]'",
@@ -408,7 +411,7 @@ def cmd_verify_random(args: argparse.Namespace) -> int:
                 print(f"  wrote it as fixtures in {where}: {again.format(dir=where)}")
             print()
     if args.json:
-        from attention_ports.fixtures import atomic_write
+        from attention_ports.core.io import atomic_write
 
         doc = {"version": 1, "random": args.random, "seed": seed, "runs": [r.as_json() for r in runs]}
         atomic_write(args.json, (json.dumps(doc, indent=1) + "\n").encode())
@@ -424,8 +427,8 @@ def _random_progress(impl: str, done: int, total: int) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
-    from attention_ports import bench
-    from attention_ports.fixtures import atomic_write
+    from attention_ports.core.io import atomic_write
+    from attention_ports.tools import bench
 
     if args.repeats < 1:
         print("attention-ports bench: --repeats must be at least 1", file=sys.stderr)
@@ -440,7 +443,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from attention_ports import coverage
+    from attention_ports.tools import coverage
 
     matrix = coverage.build_matrix(args.catalogue)
     markdown = coverage.render_markdown(matrix)
@@ -460,7 +463,7 @@ def cmd_mutation(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from attention_ports import mutation
+    from attention_ports.tools import mutation
 
     json_target = check_targets({"--json": args.json}).get("--json")
     langs = args.lang or list(mutation.LANGS)
@@ -500,7 +503,7 @@ def cmd_mutation(args: argparse.Namespace) -> int:
             "summary": mutation.summary(results),
             "mutants": [r.as_json() for r in results],
         }
-        from attention_ports.fixtures import atomic_write
+        from attention_ports.core.io import atomic_write
 
         atomic_write(json_target, (json.dumps(doc, indent=1) + "\n").encode())
     return 0 if all(r.ok for r in results) else 1

@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-
-from reference.masks import as_additive_mask
-from reference.validate import as_float_matrix, check_finite
+from attention_ports.reference.masks import as_additive_mask
+from attention_ports.reference.validate import as_float_matrix, check_finite
 
 
 class AttentionResult(NamedTuple):

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from attention_ports.judge.runner import in_ci
 from attention_ports.pytest_plugin import require
-from attention_ports.runner import in_ci
 from tests import wheel_env
 
 __all__ = ["require"]
@@ -51,8 +51,8 @@ def installed_tool(tmp_path_factory: pytest.TempPathFactory) -> wheel_env.Instal
 @pytest.fixture(scope="session")
 def checkout_julia() -> str:
     """The julia command the checkout uses (scripts/install_julia.sh), to hand to an installed tool."""
-    from attention_ports.impl import ImplementationUnavailable
-    from ports.julia_adapter import find_julia
+    from attention_ports.runtimes.impl import ImplementationUnavailable
+    from attention_ports.runtimes.julia.adapter import find_julia
 
     try:
         return find_julia()

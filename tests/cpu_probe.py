@@ -39,11 +39,11 @@ def simd_targets() -> dict[str, bool]:
 
 
 def main(scope: str) -> dict:
-    from attention_ports import truth
-    from attention_ports.builtin import ReferenceImplementation
-    from attention_ports.catalogue import build_inputs, load_catalogue
-    from attention_ports.fixtures import REPO_FIXTURES, load_case, npy_bytes, read_manifest
-    from attention_ports.runner import judge
+    from attention_ports.fixtures.store import REPO_FIXTURES, load_case, npy_bytes, read_manifest
+    from attention_ports.judge.runner import judge
+    from attention_ports.runtimes.builtin import ReferenceImplementation
+    from attention_ports.spec.catalogue import build_inputs, load_catalogue
+    from attention_ports.truth import engine as truth
 
     def sha(a: np.ndarray) -> str:
         return hashlib.sha256(npy_bytes(a)).hexdigest()

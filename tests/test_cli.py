@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from attention_ports import cli
-from attention_ports.fixtures import REPO_FIXTURES
+from attention_ports.fixtures.store import REPO_FIXTURES
 
 
 def test_verify_reference_passes_and_writes_the_json_report(tmp_path: Path, capsys) -> None:
@@ -131,7 +131,7 @@ def test_console_script_entry_point_runs(tmp_path: Path) -> None:
 
 
 def test_an_operation_missing_from_a_shipped_port_fails_verify(monkeypatch, capsys) -> None:
-    import reference
+    import attention_ports.reference as reference
 
     monkeypatch.delattr(reference, "softmax")  # our own implementation loses an operation
     assert cli.main(["verify", "--impl", "reference", "--case", "softmax_ties"]) == 1

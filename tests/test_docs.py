@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from attention_ports import cli, mutation, registry
-from attention_ports.catalogue import load_catalogue
-from attention_ports.fixtures import REPO_FIXTURES
-from attention_ports.impl import ImplementationUnavailable
+from attention_ports import cli
+from attention_ports.fixtures.store import REPO_FIXTURES
+from attention_ports.runtimes import registry
+from attention_ports.runtimes.impl import ImplementationUnavailable
+from attention_ports.spec.catalogue import load_catalogue
+from attention_ports.tools import mutation
 from tests.conftest import require
 
 REPO = REPO_FIXTURES.parent

@@ -32,8 +32,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attention_ports import cli, fixture_index, mutation
-from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case, manifest_bytes, read_manifest
+from attention_ports import cli
+from attention_ports.fixtures import index as fixture_index
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries, load_case, manifest_bytes, read_manifest
+from attention_ports.tools import mutation
 from tests.conftest import require
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,8 +101,8 @@ PORTS = _ports()
 
 
 def _julia() -> str:
-    from attention_ports.impl import ImplementationUnavailable
-    from ports.julia_adapter import find_julia
+    from attention_ports.runtimes.impl import ImplementationUnavailable
+    from attention_ports.runtimes.julia.adapter import find_julia
 
     try:
         return find_julia()

@@ -11,7 +11,7 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from attention_ports.fixtures import REPO_FIXTURES, iter_entries
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries
 from tests.wheel_env import ROOT, InstalledTool, source_files
 
 USER_PORTS = ROOT / "tests" / "data" / "ports"

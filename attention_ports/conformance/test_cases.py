@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case
-from attention_ports.impl import Implementation
-from attention_ports.runner import case_note, judge, repro_command
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries, load_case
+from attention_ports.judge.results import case_note
+from attention_ports.judge.runner import judge, repro_command
+from attention_ports.runtimes.impl import Implementation
 
 _ENTRIES = {e["id"]: e for e in iter_entries(REPO_FIXTURES)}
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from attention_ports.fixtures import REPO_FIXTURES
-from attention_ports.impl import ImplementationUnavailable
-from attention_ports.runner import CaseResult, run_suite
+from attention_ports.fixtures.store import REPO_FIXTURES
+from attention_ports.judge.results import CaseResult
+from attention_ports.judge.runner import run_suite
+from attention_ports.runtimes.impl import ImplementationUnavailable
 from tests.conftest import require
 
 PORTS = Path(__file__).resolve().parent / "ports"
@@ -43,7 +44,7 @@ def check_runtime(lang: str) -> None:
     """Skip (locally) or fail (CI=true) unless the runtime of ``lang`` can run here."""
     try:
         if lang == "julia":
-            from ports.julia_adapter import find_julia
+            from attention_ports.runtimes.julia.adapter import find_julia
 
             find_julia()
         else:

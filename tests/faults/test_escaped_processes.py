@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attention_ports.impl import ImplementationError
-from attention_ports.registry import create
+from attention_ports.runtimes.impl import ImplementationError
+from attention_ports.runtimes.registry import create
 from tests.faults.conftest import SDPA, SELF, SOFTMAX, SOFTMAX_2, check_runtime, port, sleepers, wait_for, zombies
 
 ROOT = Path(__file__).resolve().parents[2]
