@@ -57,7 +57,8 @@ def test_the_wheel_carries_the_fixtures_contract_ports_and_installers(installed_
         for p in committed
         if p.endswith(".py") and p.split("/")[0] in {"attention_ports", "reference"}
     ]
-    assert "attention_ports/conformance/test_cases.py" in modules and "attention_ports/reference/attention.py" in modules
+    assert "attention_ports/conformance/test_cases.py" in modules
+    assert "attention_ports/reference/attention.py" in modules
     assert sorted(p for p in modules if p not in names) == []
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(installed_tool.wheel).read(entry_points).decode()

@@ -2,7 +2,8 @@
 
 A fixture folder and a catalogue may come from anyone (a team's own fixtures, a tampered
 checkout), so nothing in them is trusted. The order is fixed: first the document's *shape* (a
-JSON Schema, :data:`MANIFEST_SCHEMA` / :data:`CATALOGUE_SCHEMA`: every field present, of its
+JSON Schema, fixtures/schemas/manifest.schema.json / catalogue.schema.json, loaded as
+:data:`MANIFEST_SCHEMA` / :data:`CATALOGUE_SCHEMA`: every field present, of its
 type, nothing unknown; a manifest with ``NaN`` or ``Infinity`` in it is not JSON), then what a
 schema cannot say, and only then is any file the document names opened.
 
@@ -50,6 +51,8 @@ from typing import Any
 import jsonschema
 import numpy as np
 
+from attention_ports.core import paths
+
 MAX_MANIFEST_BYTES = 64 << 20  # the shipped manifest is ~0.5 MiB
 MAX_CATALOGUE_BYTES = 16 << 20
 MAX_ARRAY_BYTES = 256 << 20  # per fixture file; the largest shipped one is 0.8 MiB
@@ -58,190 +61,29 @@ MAX_CATALOGUE_ELEMENTS = 1 << 24  # one generated input (128 MiB of float64)
 MAX_RELATIVE_BOUND = 2.0**-20  # bounds.MAX_FIRST_ORDER
 RESOLUTION = 2.0**-46  # bounds.RESOLUTION: the stored bound's resolution term
 UNDERFLOW = 2.0**-1000  # bounds.UNDERFLOW: the stored bound's underflow allowance
-CONVENTIONS = ("zeros", "nan", "uniform")  # conventions.CONVENTIONS (no import: validate stays a leaf)
-DTYPES = ("float64", "int64", "bool")  # what a fixture file may hold (fixtures.ALLOWED_DTYPES)
 # A path component: letters, digits, '_', '-', '.', not starting with '.' (so never '.' or '..').
 _COMPONENT = "[A-Za-z0-9_][A-Za-z0-9_.-]*"
 FILE_PATTERN = f"^{_COMPONENT}(/{_COMPONENT})*[.]npy$"
-CASE_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_]*$"
 
 Error = Callable[[str], Exception]
 
 # ---------------------------------------------------------------------------------------- schemas
-_SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
-_SHAPE = {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": 8}
-_FILE = {"type": "string", "minLength": 1, "maxLength": 1024}
-_ARRAY_META = {
-    "type": "object",
-    "required": ["file", "shape", "dtype", "sha256"],
-    "properties": {"file": _FILE, "shape": _SHAPE, "dtype": {"enum": list(DTYPES)}, "sha256": _SHA256},
-    "additionalProperties": False,
-}
-_EXPECTED_META = {
-    "type": "object",
-    "required": ["file", "shape", "dtype", "sha256", "bound_file", "bound_sha256"],
-    "properties": {
-        **_ARRAY_META["properties"],
-        "dtype": {"const": "float64"},
-        "bound_file": _FILE,
-        "bound_sha256": _SHA256,
-    },
-    "additionalProperties": False,
-}
-_NAME = "^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*)?$"  # "q", "grads.w_q"
-# Scalar options (attention_ports/ops.py: which operation takes which is checked by the catalogue).
-_OPTIONS = {
-    "type": "object",
-    "properties": {
-        "scale": {"type": "number"},
-        "num_heads": {"type": "integer", "minimum": 1},
-        "lr": {"type": "number"},
-        "epochs": {"type": "integer", "minimum": 0, "maximum": 100000},
-        "frozen": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-    },
-    "additionalProperties": False,
-}
-MANIFEST_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "attention-ports fixture manifest, format 2",
-    "type": "object",
-    "required": ["format_version", "catalogue", "truth", "cases"],
-    "properties": {
-        "format_version": {"const": 2},
-        "catalogue": {
-            "type": "object",
-            "required": ["file", "sha256", "seed"],
-            "properties": {"file": {"type": "string"}, "sha256": _SHA256, "seed": {"type": "integer"}},
-            "additionalProperties": False,
-        },
-        "truth": {"type": "object"},  # provenance, printed, never used to judge
-        "cases": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["id", "op", "reason", "flags", "options", "seed", "truth", "inputs", "expected"],
-                "properties": {
-                    "id": {"type": "string", "pattern": CASE_ID_PATTERN, "maxLength": 200},
-                    "op": {"type": "string"},
-                    "reason": {"type": "string"},
-                    "flags": {"type": "array", "items": {"type": "string"}},
-                    "options": _OPTIONS,
-                    "seed": {"type": "integer", "minimum": 0},
-                    "truth": {
-                        "type": "object",
-                        "required": ["precision_bits"],
-                        "properties": {"precision_bits": {"type": "integer", "minimum": 53}},
-                        "additionalProperties": False,
-                    },
-                    "inputs": {
-                        "type": "object",
-                        "propertyNames": {"pattern": _NAME},
-                        "additionalProperties": _ARRAY_META,
-                    },
-                    "expected": {
-                        "type": "object",
-                        "minProperties": 1,
-                        "propertyNames": {"pattern": _NAME},
-                        "additionalProperties": _EXPECTED_META,
-                    },
-                    # a case with a fully masked query: the expected outputs per convention
-                    # (attention_ports/conventions.py), its "zeros" ones the fixtures' own files
-                    "masked_query": {
-                        "type": "object",
-                        "required": ["dead_rows", "precision_bits", "expected"],
-                        "properties": {
-                            "dead_rows": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-                            "precision_bits": {
-                                "type": "object",
-                                "propertyNames": {"enum": list(CONVENTIONS)},
-                                "additionalProperties": {"type": "integer", "minimum": 53},
-                            },
-                            "expected": {
-                                "type": "object",
-                                "propertyNames": {"enum": list(CONVENTIONS)},
-                                "additionalProperties": {
-                                    "type": "object",
-                                    "propertyNames": {"pattern": _NAME},
-                                    "additionalProperties": _EXPECTED_META,
-                                },
-                            },
-                        },
-                        "additionalProperties": False,
-                    },
-                },
-                "additionalProperties": False,
-            },
-        },
-    },
-    "additionalProperties": False,
-}
+# The documents' shapes are JSON Schemas (draft 2020-12) shipped with the fixtures, so that any
+# tooling can check a manifest or a catalogue (converted from TOML) without this package. The
+# masked-query convention names in the manifest's schema are attention_ports/spec/conventions.py's;
+# the dtypes, fixtures/store.py's ALLOWED_DTYPES; the input sizes, MAX_CATALOGUE_ELEMENTS
+# (tests/core/test_validate.py checks that they agree).
+SCHEMAS = paths.FIXTURES / "schemas"
 
-_DIMS = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": MAX_CATALOGUE_ELEMENTS}, "maxItems": 6}
-_INPUT_MAKER = {
-    "type": "object",
-    "properties": {
-        # makers (exactly one; catalogue._build_one says which wins)
-        "literal": {"$ref": "#/$defs/literal"},
-        "normal": _DIMS,
-        "uniform": _DIMS,
-        "constant": _DIMS,
-        "causal": {**_DIMS, "minItems": 2, "maxItems": 2},
-        "padding": {**_DIMS, "minItems": 2, "maxItems": 2},
-        "diagonal": {"type": "integer"},  # with causal: keep key j for query i when j <= i + diagonal
-        "sentence": {"type": "integer", "minimum": 0},
-        "sentiment_dataset": {"enum": ["tokens", "lengths", "labels"]},
-        "classifier_init": {"type": "string"},
-        # their parameters
-        "scale": {"type": "number"},
-        "low": {"type": "number"},
-        "high": {"type": "number"},
-        "value": {"type": "number"},
-        "valid": {"type": "integer", "minimum": 0},
-        "e": {"type": "integer", "minimum": 1, "maximum": 4096},
-        "seed": {"type": "integer", "minimum": 0},
-        # modifiers
-        "dtype": {"enum": list(DTYPES)},
-        "tile": {**_DIMS, "minItems": 1},
-        "packed_heads": {"type": "boolean"},
-        "dead_rows": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-        "form": {"enum": ["additive"]},
-    },
-    "additionalProperties": False,
-    "minProperties": 1,
-}
-CASE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "id": {"type": "string"},
-        "op": {"type": "string"},
-        "reason": {"type": "string"},
-        "flags": {"type": "array", "items": {"type": "string"}},
-        "inputs": {"type": "object", "additionalProperties": {"$ref": "#/$defs/input"}},
-        "options": _OPTIONS,
-    },
-}
-CATALOGUE_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "attention-ports case catalogue, format 2",
-    "type": "object",
-    "required": ["format_version", "seed", "case"],
-    "properties": {
-        "format_version": {"type": "integer"},
-        "seed": {"type": "integer", "minimum": 0},
-        "case": {"type": "array", "items": CASE_SCHEMA},
-        "coverage": {"type": "object"},  # read and checked by attention_ports/coverage.py
-    },
-    "$defs": {
-        "input": _INPUT_MAKER,
-        "literal": {
-            "anyOf": [
-                {"type": "number"},
-                {"type": "boolean"},
-                {"type": "array", "items": {"$ref": "#/$defs/literal"}},
-            ]
-        },
-    },
-}
+
+def _load_schema(name: str) -> dict[str, Any]:
+    schema = json.loads((SCHEMAS / name).read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return schema
+
+
+MANIFEST_SCHEMA: dict[str, Any] = _load_schema("manifest.schema.json")
+CATALOGUE_SCHEMA: dict[str, Any] = _load_schema("catalogue.schema.json")
 
 
 # ---------------------------------------------------------------------------------------- helpers
