@@ -343,7 +343,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_random(args: argparse.Namespace) -> int:
-    """``verify --random N``: generated cases on each implementation (attention_ports/generated.py)."""
+    """``verify --random N``: generated cases on each implementation (attention_ports/tiers/random.py)."""
     import json
     import secrets
 

@@ -21,7 +21,7 @@ gradients are wrong whenever n > 1; and it initialises ``V = K`` (one shared arr
 Labels are 0-based class indices: ``negative = 0``, ``neutral = 1``, ``positive = 2`` (the seed's
 one-hot vectors ``[1,0,0]``, ``[0,1,0]``, ``[0,0,1]``).
 
-The functions named like an operation of ``attention_ports.ops`` (``classifier_forward``,
+The functions named like an operation of ``attention_ports.spec.ops`` (``classifier_forward``,
 ``classifier_step``, ``classifier_train``) take their arguments under the operation's input and
 option names, so the generic adapter can call them; ``train_classifier`` is the natural,
 list-of-sentences form of ``classifier_train``.

@@ -2,7 +2,7 @@
 
     python scripts/build_julia_sysimage.py [--force]
 
-Why and how it is used: ports/julia_sysimage.py. The steps:
+Why and how it is used: attention_ports/runtimes/julia/sysimage.py. The steps:
 
 1. trace: every catalogue case (and a few calls that raise, so error reporting is compiled too)
    runs through the Julia worker on the *stock* image with ``--trace-compile``, which lists every

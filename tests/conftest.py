@@ -23,8 +23,8 @@ __all__ = ["require"]
 
 # Property tests: under CI=true derandomized (the same examples every run) with no example database;
 # locally hypothesis's defaults (fresh examples each run, failures remembered in .hypothesis/).
-# The generated fixture-style cases (tests/test_random_cases.py) have their own seed and count:
-# attention_ports/generated.py, profile().
+# The generated fixture-style cases (tests/tiers/test_random.py) have their own seed and count:
+# attention_ports/tiers/random.py, profile().
 settings.register_profile("ci", derandomize=True, database=None, deadline=None)
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if in_ci() else "dev")

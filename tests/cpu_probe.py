@@ -1,6 +1,6 @@
 """Regenerate fixtures in this process and compare them with the committed bytes (not a test module).
 
-``tests/test_truth_bytes.py`` runs ``python -m tests.cpu_probe SCOPE`` under other BLAS kernels
+``tests/fixtures/test_bytes.py`` runs ``python -m tests.cpu_probe SCOPE`` under other BLAS kernels
 (``OPENBLAS_CORETYPE``) and SIMD levels (``NPY_DISABLE_CPU_FEATURES``). It rebuilds every case's
 inputs and compares their bytes with the committed ones, computes the truth (every case with
 SCOPE ``all``, all but the trajectories with ``forward``) afresh, with no memo, and compares the

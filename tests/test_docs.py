@@ -217,7 +217,7 @@ def test_every_count_of_cases_in_the_docs_is_checked() -> None:
     for page in PAGES:
         rel = _rel(page)
         if rel == "docs/coverage.md":
-            continue  # generated, and checked by tests/test_coverage.py
+            continue  # generated, and checked by tests/tools/test_coverage.py
         text = _flat(rel)
         covered = [m.span() for f in FIGURES if f.page == rel for m in re.finditer(f.pattern, text)]
         covered += [m.span() for p, pat in OTHER_CASE_COUNTS if p == rel for m in re.finditer(pat, text)]

@@ -10,7 +10,7 @@ there). The ports: ours (every case, both languages), seed 000's R code verbatim
 R's own message) and with its one-word fix, seed 003's two known-bad Julia transcriptions (their
 softmax helper, their forward and their backward cases), ports with declarations or that do not
 load, and a spread of the mutation kit's mutants, bugs and controls (each on its own cases, as
-tests/test_mutation.py runs them). The native runner runs while Python verifies, so the two halves
+tests/tools/test_mutation.py runs them). The native runner runs while Python verifies, so the two halves
 share the cores.
 
 Also: the runners from an unpacked wheel (what an R-only or Julia-only team has; declared,

@@ -1,7 +1,7 @@
 """Every fixture case on every selected implementation: the heart of the suite.
 
 Parametrized by the plugin (attention_ports/pytest_plugin.py) as ``test_case[IMPL-CASE]``; this
-repository's own tests/test_cases.py runs this same function.
+repository's own tests/conformance/test_cases.py runs this same function.
 """
 
 from __future__ import annotations

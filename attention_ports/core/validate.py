@@ -24,7 +24,7 @@ Each file, when its case is loaded (``read_fixture_file``, ``check_npy``):
 Bounds (``check_bounds``), per case, after loading: every element of every ``bound.<name>.npy``
   is finite, ``>= 0``, at least the resolution term of the stored formula
   (``RESOLUTION |expected|``) and at most ``MAX_RELATIVE_BOUND`` times the case's largest finite
-  ``|expected|`` plus ``UNDERFLOW`` (``attention_ports/bounds.py``: the error analysis is first
+  ``|expected|`` plus ``UNDERFLOW`` (``attention_ports/truth/bounds.py``: the error analysis is first
   order and refuses any relative error above 2^-20, so a larger bound cannot come from it;
   the loosest shipped bound is ~4e-10 of its case's scale). A tampered bound (``NaN``, ``inf``,
   ``1e6``, negative) therefore cannot make a wrong port pass.
@@ -338,7 +338,7 @@ def check_bounds(case_id: str, outputs: Mapping[str, tuple[np.ndarray, np.ndarra
             i = tuple(int(j) for j in np.unravel_index(int(np.argmax(bound)), bound.shape))
             raise error(
                 f"{label} allows {bound[i]:.3e} at {list(i)}, more than 2^-20 of the case's largest |value| "
-                f"({scale:.3e}): no error analysis gives that (attention_ports/validate.py)"
+                f"({scale:.3e}): no error analysis gives that (attention_ports/core/validate.py)"
             )
         with np.errstate(invalid="ignore"):
             floor = RESOLUTION * np.abs(expected)
@@ -347,5 +347,5 @@ def check_bounds(case_id: str, outputs: Mapping[str, tuple[np.ndarray, np.ndarra
             i = tuple(int(j) for j in np.argwhere(low)[0])
             raise error(
                 f"{label} allows only {bound[i]:.3e} at {list(i)}, below 2^-46 of |expected| ({floor[i]:.3e}), "
-                "the resolution every stored bound includes (attention_ports/bounds.py)"
+                "the resolution every stored bound includes (attention_ports/truth/bounds.py)"
             )

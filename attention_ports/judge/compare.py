@@ -2,7 +2,7 @@
 
 An element agrees when both are NaN, or both are the same infinity, or both are finite and
 ``|actual - expected| <= bound``, with ``bound`` the element's own error bound from the fixture
-(``bound.<name>.npy``, derived in ``attention_ports.bounds``). The expected value is the exact
+(``bound.<name>.npy``, derived in ``attention_ports.truth.bounds``). The expected value is the exact
 result correctly rounded, so the errors reported are each implementation's true errors:
 
 * ``max_abs_err``: the largest ``|actual - expected|`` over the elements where both are finite
@@ -18,7 +18,7 @@ result correctly rounded, so the errors reported are each implementation's true 
   budget an implementation uses (1 = at the limit); infinite when any element is non-finite where
   it should not be, so no failure can show a small one.
 
-The message format is a contract pinned by ``tests/test_compare.py``: case, output, mismatch count
+The message format is a contract pinned by ``tests/judge/test_compare.py``: case, output, mismatch count
 and percentage, the worst element (the finite one furthest past its own bound; else the first
 non-finite one) with expected, actual and bound, the error summary, and the positions of
 unmatched NaNs. Given the implementation's :class:`~attention_ports.portview.PortView`, shapes and

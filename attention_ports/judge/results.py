@@ -53,7 +53,7 @@ class OutputResult:
     max_ulp_err: float | None = None
     err_over_bound: float | None = None  # the worst |actual - expected| / bound: 1 = at the limit
     message: str = ""
-    diagnosis: str = ""  # attention_ports/diagnose.py's line, when a known mistake fits
+    diagnosis: str = ""  # attention_ports/judge/diagnose.py's line, when a known mistake fits
     mismatches: int | None = None  # elements beyond their bounds (None: not compared)
     total: int | None = None
     nonfinite_mismatches: int = 0  # of which NaN or infinite where the other side is not
@@ -161,6 +161,6 @@ def case_note(reason: str, flags: tuple[str, ...], diagnosed: bool = False) -> s
     """The catalogue's word on what a case tests, under its failure. It is the case's purpose, not a
     finding: "exp overflows unless the row maximum is subtracted" is why the case exists, and a port
     that subtracts it may fail there for another reason (issue 19). Only a diagnosis, tested on the
-    numbers (attention_ports/diagnose.py), says what went wrong; without one the note says so."""
+    numbers (attention_ports/judge/diagnose.py), says what went wrong; without one the note says so."""
     label = "what this case tests" if diagnosed else "what this case tests (its purpose, not a diagnosis)"
     return f"  {label}: {reason}" + (f" [flags: {', '.join(flags)}]" if flags else "")

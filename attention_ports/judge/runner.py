@@ -70,7 +70,7 @@ def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult
     implemented, so each of its outputs is owed) while the others are still compared; every output
     of an operation the implementation does not implement (``OperationMissing``) is ``missing``.
     A failing output's message is in the port's own terms (its layout, 1-based positions:
-    ``impl.view``), followed by a diagnosis when a known mistake fits (attention_ports/diagnose.py)
+    ``impl.view``), followed by a diagnosis when a known mistake fits (attention_ports/judge/diagnose.py)
     and what the port printed.
     """
 

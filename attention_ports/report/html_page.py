@@ -3,7 +3,7 @@ with its message, diagnosis, the case's reason and heatmaps of expected / actual
 
 No script and no external asset (styles inline, heatmaps inline SVG: heatmap.py), so the file
 can be uploaded as a CI artifact and opened anywhere. The page is checked in a real headless
-browser by tests/test_report_formats.py.
+browser by tests/report/test_formats.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The ``reference`` implementation: the NumPy reference, run on every case from its fixture inputs.
 
 The reference is an implementation under test like torch, R and Julia: the fixtures hold the exact
-results (``attention_ports.truth``), and the reference is compared with them and reported the same
+results (``attention_ports.truth.engine``), and the reference is compared with them and reported the same
 way, its BLAS rounding (which differs by CPU) included.
 """
 

@@ -2,7 +2,7 @@
 
 One request, then one reply, at a time, on two private pipes (never the worker's stdout or
 stderr, which belong to the port and are captured as its output; see
-:mod:`attention_ports.supervisor`). Every message is a *frame*:
+:mod:`attention_ports.runtimes.supervisor`). Every message is a *frame*:
 
     frame   := magic (4 bytes), u64 id, u64 body length, body          all little-endian
 
@@ -38,7 +38,7 @@ Bodies (``str`` is u32 byte count + UTF-8; counts are u32):
 measured around it in the worker: ``attention-ports bench`` subtracts it from the round trip to
 get the transport's overhead. A negative, infinite or NaN value is a malformed reply.
 ``declaration`` is the port's optional ``attention_ports`` object as the worker found it ('N'
-when absent); :mod:`attention_ports.declaration` validates it. Arrays are column-major, the order
+when absent); :mod:`attention_ports.runtimes.declaration` validates it. Arrays are column-major, the order
 of both Julia and R: a C-order NumPy array of shape (a, b) is, byte for byte, the column-major
 array of shape (b, a), which is what the Julia adapter ships (its layout is the reversed axes).
 

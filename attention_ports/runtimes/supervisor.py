@@ -2,7 +2,7 @@
 
 A port (R or Julia code we did not write) runs in a worker process of its own, one per port:
 ``julia ports/julia/worker.jl PORT`` or ``python -m ports.r_worker PORT``. This module starts it,
-talks to it (:mod:`attention_ports.protocol`), watches it, and ends it. Nothing a port does can
+talks to it (:mod:`attention_ports.runtimes.protocol`), watches it, and ends it. Nothing a port does can
 reach this process: it can only make its own calls fail.
 
 Start
@@ -53,7 +53,7 @@ End
   :func:`shutdown_on_sigterm` makes a default SIGTERM run it first (the pytest plugin does). What
   a port moved out of its worker's group (``setsid``, a double fork, ``nohup ... &`` then
   ``setsid``) is adopted by this process, a child subreaper on Linux, and killed and reaped with
-  its worker on every one of these paths (:mod:`attention_ports.reaper`: which processes, and its
+  its worker on every one of these paths (:mod:`attention_ports.runtimes.reaper`: which processes, and its
   limits). Only SIGKILL of this process leaves a background process behind (only the worker has
   the parent-death signal).
 """

@@ -66,7 +66,7 @@ def _version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-# torch's own conventions for a query whose mask removes every key (attention_ports/conventions.py),
+# torch's own conventions for a query whose mask removes every key (attention_ports/spec/conventions.py),
 # declared, never patched over: F.scaled_dot_product_attention gives it zero weights and output
 # since torch 2.5 (NaN before); nn.MultiheadAttention takes the softmax of an all -inf row itself and
 # returns NaN weights and a NaN output row. Its outputs are judged against what each implies.

@@ -2,8 +2,8 @@
 
 A case is data: an id, the operation, the reason it exists, flags (Wycheproof style), how each
 input is made and scalar options. Nothing about the expected outputs is declared here: they are
-the exact results (``attention_ports.truth``) and their error bounds come from the error analysis
-(``attention_ports.bounds``), so a case cannot carry a hand-picked tolerance.
+the exact results (``attention_ports.truth.engine``) and their error bounds come from the error analysis
+(``attention_ports.truth.bounds``), so a case cannot carry a hand-picked tolerance.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ KNOWN_FLAGS = {
     "mask",  # exercises masking
     "nan",  # the expected output holds NaN by definition
     # A query whose mask removes every key: the expected outputs depend on the convention a port
-    # declares (zeros, nan, uniform: attention_ports/conventions.py), each an acceptable outcome.
+    # declares (zeros, nan, uniform: attention_ports/spec/conventions.py), each an acceptable outcome.
     "masked_query",
     "non_square",  # n_q != n_k or d_k != d_v: catches transposes and swapped axes
     "bias",  # optional biases present
@@ -76,7 +76,7 @@ def _case_seed(global_seed: int, case_id: str) -> int:
 
 
 def load_catalogue(path: Path, max_elements: int = validate.MAX_CATALOGUE_ELEMENTS) -> Catalogue:
-    """Read and validate a catalogue (attention_ports/validate.py: a regular file of bounded size,
+    """Read and validate a catalogue (attention_ports/core/validate.py: a regular file of bounded size,
     every field of its type); any problem is a CatalogueError naming the case and the field.
     ``max_elements``: the most one generated input may have (the scale tier's are larger)."""
     raw_bytes = validate.read_regular_file(path, validate.MAX_CATALOGUE_BYTES, CatalogueError, "catalogue")
@@ -92,9 +92,9 @@ def load_catalogue(path: Path, max_elements: int = validate.MAX_CATALOGUE_ELEMEN
     if "tolerances" in raw:
         raise CatalogueError(
             f"{path}: a [tolerances] table is not allowed: every bound comes from the error analysis "
-            "(attention_ports/bounds.py)"
+            "(attention_ports/truth/bounds.py)"
         )
-    # [coverage] declares the matrix cells that do not apply; attention_ports/coverage.py reads it.
+    # [coverage] declares the matrix cells that do not apply; attention_ports/tools/coverage.py reads it.
     unknown_top = set(raw) - {"format_version", "seed", "case", "coverage"}
     if unknown_top:
         raise CatalogueError(f"{path}: unknown top-level keys {sorted(unknown_top)}")

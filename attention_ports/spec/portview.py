@@ -3,8 +3,8 @@
 Failure messages speak the port author's language first. A Julia port's attention weights are
 key x query and indexed from 1, so the reference's weights[2, 0] is the port's ``weights[1, 3]``;
 an R port keeps the reference layout but counts from 1 and nests results in lists (``grads$w_q``).
-The axis permutation itself belongs to the adapter (ports/julia_adapter.py owns Julia's, driven by
-the roles of attention_ports/ops.py): a view only applies the permutation it is given.
+The axis permutation itself belongs to the adapter (attention_ports/runtimes/julia/adapter.py owns Julia's, driven by
+the roles of attention_ports/spec/ops.py): a view only applies the permutation it is given.
 
 Implementations whose language is the reference's (the NumPy reference, torch) have no view:
 their messages are already in the reference layout, 0-based.

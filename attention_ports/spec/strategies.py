@@ -1,7 +1,7 @@
 """Hypothesis strategies: one per operation, each drawing a whole generated case.
 
 A drawn case is what a catalogue case is (an operation, its input arrays in the reference layout,
-its options), so it is judged exactly like a fixture (``attention_ports.generated``). The draws
+its options), so it is judged exactly like a fixture (``attention_ports.tiers.random``). The draws
 aim at what breaks ports, not at uniform coverage:
 
 - shapes whose sizes are all distinct (``_sizes``), so no transpose or swapped axis can hide, and

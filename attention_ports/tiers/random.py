@@ -1,7 +1,7 @@
 """Generated cases: hypothesis draws them, the truth engine certifies them, ``judge`` decides.
 
-The fixture runner (``attention_ports.runner``) reads checked-in cases; this module makes new ones
-at run time. Hypothesis draws a case with ``attention_ports.strategies``; its expected outputs and
+The fixture runner (``attention_ports.judge.runner``) reads checked-in cases; this module makes new ones
+at run time. Hypothesis draws a case with ``attention_ports.spec.strategies``; its expected outputs and
 error bounds come from the same certified truth path as the fixtures (``truth.compute``, every
 masked-query convention for a case with a fully masked query); the implementation runs it and the
 one ``judge`` compares with the one comparator. On a failure hypothesis shrinks to a minimal case,
@@ -317,7 +317,7 @@ def _search(
 
 
 def reach(op: str, examples: int, seed: int) -> Counter[str]:
-    """The coverage features (``attention_ports.coverage``) that ``examples`` draws of ``op``'s
+    """The coverage features (``attention_ports.tools.coverage``) that ``examples`` draws of ``op``'s
     strategy exercise, without running anything: what a run with this seed explores."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as fix_seed

@@ -10,14 +10,14 @@ is stored as a fixture: the inputs are made at run time, and the truth is establ
    the fixtures' rule: ``output`` (self-attention's ``q``, ``k``, ``v`` too) on all ``ROWS`` rows,
    the weights (L values per row and head) exactly on ``WEIGHT_ROWS`` of them (the first, the
    last, evenly spaced others) and on all ``ROWS`` within 2B of this harness's own float64
-   weights (B from attention_ports/scale_bounds.py: two correct results differ by at most 2B).
+   weights (B from attention_ports/truth/scale_bounds.py: two correct results differ by at most 2B).
    Each exact row costs O(L d) in Python (rounding and bounding each of its L weights is most of
    it): minutes per case at L = 16384, so the truth is cached on disk (``.local/scale-truth``,
    keyed by the inputs' content and the truth code's own bytes; ``--no-cache`` recomputes), and
    so are the every-row bounds of 2. (keyed by the same and the bound code's bytes).
 2. **Every row, between implementations.** For the outputs of size O(L d) (``output``; ``q``, ``k``,
    ``v`` of self-attention) each element gets the bound B of the error analysis, evaluated in
-   float64 and certified upward (attention_ports/scale_bounds.py; on the sampled rows it equals
+   float64 and certified upward (attention_ports/truth/scale_bounds.py; on the sampled rows it equals
    the arb bound). Two correct implementations differ by at most 2B, so every pair is compared
    within 2B; an implementation *fails* this check when it disagrees with more than half of the
    others (with only two, a disagreement fails both).

@@ -20,7 +20,7 @@ under the same load, so a busy machine shifts both sides of a ratio rather than 
 - **peak RSS**: the high-water mark (``VmHWM``) of the process that ran the implementation and of
   its worker.
 
-Each implementation is measured in a process of its own (``python -m attention_ports.bench
+Each implementation is measured in a process of its own (``python -m attention_ports.tools.bench
 --child NAME``), one after another, so that its start is cold and its peak memory its own.
 """
 
@@ -317,7 +317,7 @@ class Options:
 
 
 def _child(name: str, repeats: int) -> dict:
-    cmd = [sys.executable, "-m", "attention_ports.bench", "--child", name, "--repeats", str(repeats)]
+    cmd = [sys.executable, "-m", "attention_ports.tools.bench", "--child", name, "--repeats", str(repeats)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         return {"implementation": name, "error": (proc.stderr or proc.stdout).strip()[-2000:]}
@@ -482,7 +482,7 @@ def table(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:  # the child: python -m attention_ports.bench --child NAME
+def main(argv: Sequence[str] | None = None) -> int:  # the child: python -m attention_ports.tools.bench --child NAME
     import argparse
 
     parser = argparse.ArgumentParser()

@@ -1,6 +1,6 @@
 """``attention-ports setup r|julia``: run the packaged installers (scripts/install_r.sh, install_julia.sh).
 
-The scripts travel in the wheel (attention_ports/paths.py says where they are), so an installed
+The scripts travel in the wheel (attention_ports/core/paths.py says where they are), so an installed
 tool sets up its runtimes exactly as a checkout's ``make setup`` does:
 
 - r: R from Debian/Ubuntu packages when missing (root or password-less sudo), OpenBLAS, testthat,

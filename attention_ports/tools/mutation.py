@@ -1,6 +1,6 @@
 """The mutation kit: proof that the cases catch realistic porting bugs in our own R and Julia ports.
 
-``attention_ports/mutants.toml`` declares single-bug variants of our port sources as exact textual
+``attention_ports/tools/mutants.toml`` declares single-bug variants of our port sources as exact textual
 edits. A mutant is materialised by applying its one edit to its file (the text to find must occur
 exactly once, so a change of our port that invalidates a mutant is an error naming it, never a
 silently unmutated run) and concatenating every source file of that language, in name order, into
@@ -54,7 +54,7 @@ SUFFIX = {"r": ".R", "julia": ".jl"}
 WITNESS_OPS = ("softmax", "scaled_dot_product_attention")
 EXPECTATIONS = ("killed", "passes")
 # Runtimes that can serve several ports at once from threads: each R and each Julia port is its own
-# supervised worker process (attention_ports/supervisor.py).
+# supervised worker process (attention_ports/runtimes/supervisor.py).
 PARALLEL = {"julia", "r"}
 
 
@@ -147,7 +147,7 @@ def mutated_source(mutant: Mutant, repo: Path = REPO) -> str:
     if count != 1:
         raise MutantError(
             f"mutant {mutant.id!r}: the text to find occurs {count} times in {mutant.file} (must be exactly once); "
-            f"update attention_ports/mutants.toml to the port's current code: {mutant.find!r}"
+            f"update attention_ports/tools/mutants.toml to the port's current code: {mutant.find!r}"
         )
     return source.replace(mutant.find, mutant.replace)
 
@@ -160,7 +160,7 @@ def source_files(lang: str, repo: Path = REPO) -> list[Path]:
 def materialise(mutant: Mutant, out_dir: Path, repo: Path = REPO) -> Path:
     """Write the mutated port as one file (every source of the language, in name order)."""
     parts = [
-        f"# MUTANT {mutant.id} (attention_ports/mutants.toml): {mutant.description}\n"
+        f"# MUTANT {mutant.id} (attention_ports/tools/mutants.toml): {mutant.description}\n"
         f"# One edit in {mutant.file}; every other source of our {mutant.lang} port follows unchanged.\n"
     ]
     for path in source_files(mutant.lang, repo):

@@ -1,6 +1,6 @@
 """``attention-ports init r|julia PATH``: a port skeleton with every contract operation.
 
-Names, argument order, defaults and returned names come from :mod:`attention_ports.ops` (the table
+Names, argument order, defaults and returned names come from :mod:`attention_ports.spec.ops` (the table
 the adapters call ports with), so a skeleton cannot drift from the contract. The shapes written at
 each argument come from :data:`SHAPES` below, in the reference layout, which is R's; Julia's is
 derived through each array's layout role (every 2-D and 3-D role reverses the axes, as the Julia

@@ -2,7 +2,7 @@
 
 This module is the one place where the suite's tolerances are derived. Each rule below maps the
 magnitudes of exact quantities (computed in ball arithmetic in the same pass as the values, see
-``attention_ports.exact``) and the error bounds of its operands to an error bound of its result.
+``attention_ports.truth.exact``) and the error bounds of its operands to an error bound of its result.
 Composed along an operation's computation graph they give, for every element of every expected
 output, a bound ``B`` on ``|computed - exact|`` for a float64 implementation with
 
@@ -126,7 +126,7 @@ operation, plus the propagation of its operands' errors):
     over every logit of every row: n^3 work, fine for the classifier's sentences).
 
   Each of these first-order terms is reached by some choice of signs of the errors:
-  ``tests/test_bounds.py`` checks, with the roundings switched off, that an adversary moves every
+  ``tests/truth/test_bounds.py`` checks, with the roundings switched off, that an adversary moves every
   output by at least 0.99 of its bound and never beyond it.
 * **Sums and means** of n terms: ``e = sum e_i + gamma(n) sum (|x_i| + e_i)`` (a mean: the same,
   divided by n, its division's rounding inside gamma(n)).

@@ -3,11 +3,11 @@
 ``compute(op, inputs, options)`` returns, per output name, ``(expected, bound)``: float64 arrays of
 the output's shape. ``expected`` is the exact mathematical result of the operation on the float64
 inputs, rounded to the nearest double; ``bound`` is the per-element absolute error a correct
-float64 implementation stays within (``attention_ports.bounds``). Both are pure functions of the
+float64 implementation stays within (``attention_ports.truth.bounds``). Both are pure functions of the
 inputs: no NumPy floating-point operation touches them (NumPy only carries the input arrays in
 and the results out), so they are byte-identical on every CPU.
 
-How: the operation's graph (``attention_ports.exact``) runs in arb ball arithmetic (python-flint).
+How: the operation's graph (``attention_ports.truth.exact``) runs in arb ball arithmetic (python-flint).
 A bound pass at ``BOUND_PREC`` bits gives the error bounds and a first set of balls; every ball
 that does not certify its rounding (``rounding.round_ball``) sends the whole case to a value pass
 at a higher precision, raised until every element certifies (``MAX_PREC`` caps it; the error then
@@ -18,7 +18,7 @@ Beyond the catalogue: ``masked_query`` selects the convention for a query whose 
 masked ("zeros", "nan", "uniform"), ``rows`` restricts the attention operations to a subset
 of query rows (rows are independent), for cases too large to compute in full, and ``outputs``
 to some of the outputs (the others are computed along the way but neither rounded nor bounded,
-which is most of the cost of a long weights row: the scale tier, attention_ports/scale.py).
+which is most of the cost of a long weights row: the scale tier, attention_ports/tiers/scale.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The exact engine: every operation of ``attention_ports.ops`` in arb ball arithmetic.
+"""The exact engine: every operation of ``attention_ports.spec.ops`` in arb ball arithmetic.
 
 Each operation is written once as a computation graph over ``T`` (a ball-valued matrix and,
 when tracked, the error bound a float64 implementation may have there; see
-``attention_ports.bounds``). ``attention_ports.truth`` runs a graph twice:
+``attention_ports.truth.bounds``). ``attention_ports.truth.engine`` runs a graph twice:
 
 * a **value pass** at a working precision of P bits (``Graph(track=False)``): balls that enclose
   the exact mathematical results, to be rounded to float64 with a certificate;

@@ -1,9 +1,9 @@
 """Error bounds for every row of a large attention call, in float64, certified upward (the scale tier).
 
-The exact truth (``attention_ports.truth``, arb) costs O(L d) per query row in Python, so at
+The exact truth (``attention_ports.truth.engine``, arb) costs O(L d) per query row in Python, so at
 L = 16384 it is computed for sampled rows only. To compare the *other* rows between
 implementations, the scale tier needs each element's bound anyway: this module evaluates the same
-rules as ``attention_ports.bounds`` (its constants, its graph: ``attention_ports.exact``'s
+rules as ``attention_ports.truth.bounds`` (its constants, its graph: ``attention_ports.truth.exact``'s
 ``scores``, ``softmax_rows``, ``matmul`` and ``affine``) in float64, block by block of query rows,
 in O(L^2 d) time and O(block x L) memory, and inflates the result so that it is never below the
 bound the arb analysis would give for that element. Why that holds:
@@ -24,7 +24,7 @@ The stored form is the fixtures': ``SAFETY * B + RESOLUTION * |expected| + UNDER
 to 8 significant bits. On sampled rows it is therefore at least the arb bound of
 ``truth.compute(rows=...)``; where the output's softmax spread is evaluated term by term (blocks
 of at most ``EXACT_SPREAD`` terms) it is at most 2^-7 above it, and beyond that the spread is
-bounded through centres (:func:`_spread`), a little looser: tests/test_scale.py checks all three,
+bounded through centres (:func:`_spread`), a little looser: tests/tiers/test_scale.py checks all three,
 for every operation.
 
 Supported: scaled_dot_product_attention, self_attention and multi_head_attention with exact
@@ -233,7 +233,7 @@ def _spread(
     centre c: ``|V_l - Y_i| <= |V_l - c| + |c - Y_i|`` gives ``(A eta) |V - c| + rowsum(A eta)
     |Y_i - c|``, for each of ``CENTRES`` centres per column (V's quantiles) in one matrix product,
     and each element keeps the least of these valid bounds. The triangle inequality makes it an
-    upper bound of the arb rule, looser by a measured factor (tests/test_scale.py)."""
+    upper bound of the arb rule, looser by a measured factor (tests/tiers/test_scale.py)."""
     slack = SAFETY * crude
     n_q, n_k = a_eta.shape
     d = y_hat.shape[1]

@@ -99,7 +99,7 @@ function parse_args(argv::Vector{String})
 end
 
 # ------------------------------------------------------------------------------------------------
-# The fixture index (attention_ports/fixture_index.py describes the format)
+# The fixture index (attention_ports/fixtures/index.py describes the format)
 
 struct OpSpec
     name::String
@@ -298,7 +298,7 @@ function load_port(path::AbstractString, op_names::Vector{String})
     return port
 end
 
-# attention_ports/declaration.py: the same checks and messages for Julia's declaration.
+# attention_ports/runtimes/declaration.py: the same checks and messages for Julia's declaration.
 function kind_text(x)
     x === nothing && return "NoneType None"
     (x isa NamedTuple || x isa AbstractDict) && return "a named list / NamedTuple"
@@ -396,7 +396,7 @@ function unpack_results(spec::OpSpec, results)
 end
 
 # ------------------------------------------------------------------------------------------------
-# The comparison rule (attention_ports/compare.py)
+# The comparison rule (attention_ports/judge/compare.py)
 
 struct Comparison
     ok::Bool

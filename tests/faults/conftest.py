@@ -168,7 +168,7 @@ def zombies() -> list[int]:
     """Our own children that exited during this test and were never reaped.
 
     Those from before the test are not its own: once this process has started a worker it is a
-    child subreaper (attention_ports/reaper.py), so it adopts the orphans of any subprocess an
+    child subreaper (attention_ports/runtimes/reaper.py), so it adopts the orphans of any subprocess an
     earlier test SIGKILLed (the worker of a killed ``verify``), and cannot tell them from children
     it started itself, so it never reaps them.
     """

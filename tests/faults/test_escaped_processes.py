@@ -1,6 +1,6 @@
 """A process a port moves out of its worker's group and session (``setsid``, a double fork,
 ``nohup ... &`` then ``setsid``) outlives no run, whichever way the worker or the run ends; and
-the run's report is still complete (attention_ports/reaper.py says how). Every way a worker ends
+the run's report is still complete (attention_ports/runtimes/reaper.py says how). Every way a worker ends
 (a timeout, a crash, a give-up, close) goes through one ``_Process.end``; a signal to the run
 goes through ``shutdown_all``: each is tested once per runtime.
 

@@ -1,5 +1,5 @@
 """A tampered fixture folder or catalogue: refused with the file and the field named, never read
-blindly, never a traceback, never a wrong verdict (attention_ports/validate.py).
+blindly, never a traceback, never a wrong verdict (attention_ports/core/validate.py).
 
 Each test tampers with a copy of the shipped fixtures the way an attacker (or an accident) would:
 the manifest is rewritten *consistently* (the sha256 of a tampered file updated too), since the

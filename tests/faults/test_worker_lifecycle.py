@@ -19,7 +19,7 @@ from tests.faults.conftest import SOFTMAX, alive, children_of, port, wait_for, z
 
 ROOT = Path(__file__).resolve().parents[2]
 # How a worker's command line names it; Julia's on a custom system image runs the image's copy of
-# the worker module (ports/julia_sysimage.py ENTRY) instead of the worker.jl file.
+# the worker module (attention_ports/runtimes/julia/sysimage.py ENTRY) instead of the worker.jl file.
 WORKER_MARK = {"r": ("attention_ports.runtimes.r.worker",), "julia": ("worker.jl", "JuliaPortWorker.serve")}
 
 

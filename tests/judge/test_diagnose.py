@@ -1,4 +1,4 @@
-"""Diagnoses (attention_ports/diagnose.py): each one named when its mistake is made, and no other.
+"""Diagnoses (attention_ports/judge/diagnose.py): each one named when its mistake is made, and no other.
 
 Two layers. Unit tests hand ``explain`` the array a mistake would produce (the right answer
 transposed, scaled, shifted, or recomputed with the mistake) and check the line, and that an

@@ -1,6 +1,6 @@
 """A port's optional declaration: which operations it offers, and its masked-query convention.
 
-The checks are written once (attention_ports/declaration.py) and run on what either worker found;
+The checks are written once (attention_ports/runtimes/declaration.py) and run on what either worker found;
 the ports here run for real (R and Julia), through the user-port path.
 """
 

@@ -1,5 +1,5 @@
 """The reaper touches only what a worker left behind: never another child of the run, never its exit
-status, never a process outside the run's tree (attention_ports/reaper.py)."""
+status, never a process outside the run's tree (attention_ports/runtimes/reaper.py)."""
 
 from __future__ import annotations
 

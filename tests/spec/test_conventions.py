@@ -1,4 +1,4 @@
-"""Declared conventions for a query whose mask removes every key (attention_ports/conventions.py).
+"""Declared conventions for a query whose mask removes every key (attention_ports/spec/conventions.py).
 
 The fixtures hold one full set of expected outputs per convention for every case flagged
 ``masked_query``; an implementation is judged against the set its declared convention implies.

@@ -1,6 +1,6 @@
 """Generated cases (``attention-ports verify --random``) on every implementation.
 
-Hypothesis draws cases per operation (attention_ports/strategies.py), the truth engine certifies
+Hypothesis draws cases per operation (attention_ports/spec/strategies.py), the truth engine certifies
 them at run time, and ``judge`` decides, as for the fixtures. Under CI=true the profile is a fixed
 seed and a bounded count (generated.CI_PROFILE), so the run is deterministic; locally every run
 draws a fresh seed (printed in any failure, with the command that reproduces it) and more cases.

@@ -1,4 +1,4 @@
-"""The scale tier (attention_ports/scale.py, scale_bounds.py), on small sizes.
+"""The scale tier (attention_ports/tiers/scale.py, scale_bounds.py), on small sizes.
 
 What must hold:
 - the every-row float64 bounds are never below the arb bounds of the same rows, and at most

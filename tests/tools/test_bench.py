@@ -1,4 +1,4 @@
-"""``attention-ports bench`` (attention_ports/bench.py): what it measures is what it says, never how fast.
+"""``attention-ports bench`` (attention_ports/tools/bench.py): what it measures is what it says, never how fast.
 
 Speed goals are measured by running `bench`, not asserted here: these tests check the machinery
 (the raw pipe really moves the bytes, the workers report their port's own time and it is part of

@@ -1,6 +1,6 @@
 """The mutation kit proves the suite's catch power on our own ports (issue 9, item 3).
 
-Every realistic single bug planted in our R or Julia port (attention_ports/mutants.toml) must fail
+Every realistic single bug planted in our R or Julia port (attention_ports/tools/mutants.toml) must fail
 or error on at least two fixture cases (and, where a mutant names operations in ``killed_in``, on
 two cases of each), and every control (a 1e-14 perturbation, mathematically equivalent edits) must
 pass every case. Real R and Julia through the ordinary ``--port`` path, no mocks. Both languages

@@ -1,18 +1,18 @@
 """The ``julia`` implementation: our port (every ports/julia/src/*.jl) or a user's Julia file.
 
 Everything both transports share lives here: finding julia, turning a case into a Julia call
-(positional arrays, then keywords, driven by ``attention_ports.ops``), the layout conversion
+(positional arrays, then keywords, driven by ``attention_ports.spec.ops``), the layout conversion
 between the reference layout and Julia's feature-major one, the port's declaration, and turning
 the named results back.
 
 Transports (``ATTENTION_PORTS_JULIA_TRANSPORT``):
 
-- ``worker`` (default, ports/julia_worker.py): one supervised ``julia ports/julia/worker.jl PORT``
-  process per port (attention_ports/supervisor.py: timeouts, restarts, give-up, output capture);
-- ``juliacall`` (ports/julia_juliacall.py): Julia inside this Python process (Julia >= 1.10 with
+- ``worker`` (default, attention_ports/runtimes/julia/worker.py): one supervised ``julia ports/julia/worker.jl PORT``
+  process per port (attention_ports/runtimes/supervisor.py: timeouts, restarts, give-up, output capture);
+- ``juliacall`` (attention_ports/runtimes/julia/juliacall.py): Julia inside this Python process (Julia >= 1.10 with
   PythonCall); no timeouts, since a call cannot be interrupted.
 
-Both send the same request body and read the same reply body (attention_ports/protocol.py); the
+Both send the same request body and read the same reply body (attention_ports/runtimes/protocol.py); the
 worker over a private pipe, juliacall in memory. Arrays in them are *Julia-layout* arrays (NumPy
 arrays whose shape is the Julia shape); only this module knows about roles. Neither transport
 imports this module, nor the protocol module either of them.
@@ -49,7 +49,7 @@ from attention_ports.spec.portview import PortView
 PORT = paths.PORTS / "julia" / "src"
 WORKER = paths.PORTS / "julia" / "worker.jl"
 # Written by `attention-ports setup julia` (scripts/install_julia.sh): the checkout's .local/julia, or a
-# per-user data folder for an installed package (attention_ports/paths.py).
+# per-user data folder for an installed package (attention_ports/core/paths.py).
 LOCAL_JULIA = paths.local_julia()
 TRANSPORT_ENV = "ATTENTION_PORTS_JULIA_TRANSPORT"
 
@@ -221,7 +221,7 @@ class JuliaImplementation(Implementation):
     """A Julia port run through the transport chosen by ``ATTENTION_PORTS_JULIA_TRANSPORT``.
 
     ``timeout``, ``compile_allowance``, ``startup_timeout`` (seconds) and ``give_up_after`` (calls)
-    override the worker transport's settings (ports/julia_worker.py; the environment otherwise);
+    override the worker transport's settings (attention_ports/runtimes/julia/worker.py; the environment otherwise);
     ``sysimage`` ("auto", "stock" or an image's path) and ``julia_flags`` (added to julia's command
     line) are the worker's too (the system image build uses them: scripts/build_julia_sysimage.py).
     """

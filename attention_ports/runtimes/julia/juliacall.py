@@ -3,7 +3,7 @@
 It needs the ``juliacall`` Python package, which runs Julia >= 1.10 through PythonCall. Nothing
 here is specific to a port or an operation: it loads the same ports/julia/worker.jl (without
 serving), and hands ``JuliaPortWorker.call_bytes`` the very request body the worker transport
-writes to its pipe, then decodes the reply body with the same code (attention_ports/protocol.py).
+writes to its pipe, then decodes the reply body with the same code (attention_ports/runtimes/protocol.py).
 So ports see exactly the same arguments either way, and only two plain byte vectors cross
 PythonCall.
 

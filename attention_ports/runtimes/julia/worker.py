@@ -1,7 +1,7 @@
 """The worker transport: one supervised ``julia ports/julia/worker.jl PORT`` process per port.
 
 The process is started on the first call, loads the port once, and answers one request at a
-time over the protocol of :mod:`attention_ports.protocol`; :mod:`attention_ports.supervisor`
+time over the protocol of :mod:`attention_ports.runtimes.protocol`; :mod:`attention_ports.runtimes.supervisor`
 does everything else (timeouts, restarts, give-up, output capture, reaping). Arrays travel as
 raw float64 (or int64) bytes: Python sends an array's column-major bytes with its Julia shape and
 reads replies the same way; for the reference layout's C-order arrays, whose Julia layout is the
@@ -21,7 +21,7 @@ So a Julia port that hangs in every call costs at most 30 + 60 s for its first o
 much again for a second one (two timeouts), one that hangs while loading 2 x 60 s.
 
 System image: when ``make setup`` has built a custom image for this julia and this worker.jl
-(ports/julia_sysimage.py says when one matches), the worker starts on it (``-J``) and runs the
+(attention_ports/runtimes/julia/sysimage.py says when one matches), the worker starts on it (``-J``) and runs the
 image's own copy of the worker module; otherwise on julia's stock image. Only compile time
 differs: the port is always loaded fresh from its file.
 """

@@ -1,20 +1,21 @@
 """The R implementation: runs an R port (ours, or a user's file) in a supervised R worker process.
 
-Every ``RImplementation`` has a worker process of its own (``python -m attention_ports.runtimes.r.worker FILE...``,
-ports/r_worker.py: R embedded through rpy2), run by :mod:`attention_ports.supervisor`: a port
+Every ``RImplementation`` has a worker process of its own
+(``python -m attention_ports.runtimes.r.worker FILE...``, attention_ports/runtimes/r/worker.py: R
+embedded through rpy2), run by :mod:`attention_ports.runtimes.supervisor`: a port
 that quits, crashes, hangs, prints or pollutes its R session affects only its own calls, never
 this process, the other ports or the report. The worker starts when the implementation is
 built, so a port that does not load (a syntax error, an error at its top level, a bad
 declaration) is ``ImplementationUnavailable`` right away, with R's message naming the file, and
 its load-time warnings are re-issued here as :class:`RWarning`.
 
-Calls are generic, driven by :mod:`attention_ports.ops`: positional arrays in ``spec.args`` order,
+Calls are generic, driven by :mod:`attention_ports.spec.ops`: positional arrays in ``spec.args`` order,
 then each of ``spec.groups`` by name as an R named list of its members present in the inputs
 (``"params.w_q"`` -> ``params$w_q``), then ``spec.positional_options`` positionally, then present
 optional arrays and options by name: ``classifier_step(x_emb, label, params = params, lr, frozen =
 frozen)``. This side decides the values (a boolean mask becomes additive 0/-Inf doubles as the
 contract promises; arrays whose role is ``Role.INDEX``, class labels, travel 1-based, value + 1,
-and come back - 1); the worker turns them into R objects (ports/r_worker.py says how).
+and come back - 1); the worker turns them into R objects (attention_ports/runtimes/r/worker.py says how).
 
 Results are checked strictly: a list with a name twice, or NA (R's missing value, which is not
 NaN) in a result, is the worker's error naming the element (and the position of the NA); a
@@ -23,7 +24,7 @@ contract wants doubles). A bare array is the single declared output; length-1 re
 ``dim`` are 0-D (1-D where the op declares a vector role). Outputs the op does not declare are
 passed through as float64. Declared outputs the result lacks are left out (the judge fails each
 and judges the rest); a result holding none of them is an error. A file that does not
-load and reads like Julia says so (attention_ports/language.py).
+load and reads like Julia says so (attention_ports/core/language.py).
 
 Errors: an R error becomes :class:`ImplementationError` with R's own text, ``Error in <deparsed
 conditionCall> : <conditionMessage>``, followed by the R call stack from the port's entry point

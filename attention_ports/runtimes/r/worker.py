@@ -11,7 +11,7 @@ which the supervisor captures; replies go only to the private reply pipe. The su
 this process when a call times out, and starts another when it dies (a port's ``base::quit()``,
 a segfault, a signal): nothing here needs to survive the port.
 
-Calls (values from the request, attention_ports/protocol.py): arrays -> R vectors, ``dim`` = the
+Calls (values from the request, attention_ports/runtimes/protocol.py): arrays -> R vectors, ``dim`` = the
 array's shape (1-D -> a plain vector, 0-D -> length 1); float64 -> double, int64 -> integer (when
 it fits; double otherwise), bool -> logical; a group (dict) -> a named list of its members;
 strings and lists of strings -> character (an empty list: ``character(0)``), bool -> logical,

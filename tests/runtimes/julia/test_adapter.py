@@ -1,6 +1,6 @@
 """The Julia adapter end to end, on a real julia (no mocks).
 
-Restart semantics under test (see attention_ports/supervisor.py; tests/faults/ has the hostile ports):
+Restart semantics under test (see attention_ports/runtimes/supervisor.py; tests/faults/ has the hostile ports):
 - a worker killed *between* calls (and exited) is replaced transparently: the next call succeeds;
 - a worker killed *during* a call fails that call ("julia worker died"); the next call succeeds;
 - a call past its time fails ("julia worker timed out after Xs in OP"); the next call succeeds.

@@ -1,4 +1,4 @@
-"""The custom Julia system image (ports/julia_sysimage.py, scripts/build_julia_sysimage.py).
+"""The custom Julia system image (attention_ports/runtimes/julia/sysimage.py, scripts/build_julia_sysimage.py).
 
 What must hold: an image is used only when its runtime key matches (this worker.jl, this julia,
 this CPU), ``ATTENTION_PORTS_JULIA_SYSIMAGE=stock`` turns it off, and a worker on the image gives
