@@ -2,7 +2,7 @@
 #   julia --startup-file=no -J STOCK_IMAGE --output-o sys.o julia_sysimage.jl WORKER PORT TRACE
 # and links sys.o into sys.so). Everything this program defines or compiles ends up in the image:
 #   - the worker module (JuliaPortWorker from ports/julia/worker.jl); a worker started on the image
-#     runs this copy (`-e 'JuliaPortWorker.serve(ARGS[1])'`, attention_ports/runtimes/julia/sysimage.py);
+#     runs this copy (`-e 'JuliaPortWorker.serve(ARGS[1])'`, ports/julia_sysimage.py);
 #   - our port, loaded as the worker loads any port, bound to `OurPort` and registered in
 #     JuliaPortWorker.PRELOADED: a worker serving our port uses it (compiled) while the port's files
 #     are byte for byte the ones loaded here, and includes the files afresh otherwise; compiling

@@ -1,14 +1,14 @@
 # The Julia side of the port verifier.
 #
-#   julia worker.jl PORT           serve calls (started by attention_ports/runtimes/supervisor.py)
-#   include("worker.jl")           only define JuliaPortWorker (attention_ports/runtimes/julia/juliacall.py)
+#   julia worker.jl PORT           serve calls (started by attention_ports/supervisor.py)
+#   include("worker.jl")           only define JuliaPortWorker (ports/julia_juliacall.py)
 #
 # A port file is included into a fresh anonymous module, so a file that defines only some of the
 # operations is fine: the others are reported missing. PORT may also be a directory (ours is
 # ports/julia/src): every *.jl file in it is included, in name order, into that one module.
 # Julia 1.5 to 1.11, standard library only.
 #
-# The wire protocol is attention_ports/runtimes/protocol.py's (its docstring is the specification): frames
+# The wire protocol is attention_ports/protocol.py's (its docstring is the specification): frames
 # `magic, u64 id, u64 length, body` on two private pipes whose descriptors the supervisor passes in
 # $ATTENTION_PORTS_WORKER_FDS ("REQUEST,REPLY"); stdout and stderr are the port's own, captured
 # by the supervisor, so nothing a port prints can reach a reply. Bodies, little-endian:
@@ -176,7 +176,7 @@ end
 
 # ---------------------------------------------------------------------------------------------
 # The port's declaration (ports/CONTRACT.md): found here, sent as it is, checked by Python
-# (attention_ports/runtimes/declaration.py), so both languages get the same checks and messages.
+# (attention_ports/declaration.py), so both languages get the same checks and messages.
 
 declaration(mod::Module) = find_op(mod, "attention_ports")
 
