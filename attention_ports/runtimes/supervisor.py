@@ -1,7 +1,7 @@
 """How a foreign runtime is supervised: the life cycle of every worker process, R's and Julia's.
 
 A port (R or Julia code we did not write) runs in a worker process of its own, one per port:
-``julia ports/julia/worker.jl PORT`` or ``python -m ports.r_worker PORT``. This module starts it,
+``julia ports/julia/worker.jl PORT`` or ``python -m attention_ports.runtimes.r.worker PORT``. This module starts it,
 talks to it (:mod:`attention_ports.runtimes.protocol`), watches it, and ends it. Nothing a port does can
 reach this process: it can only make its own calls fail.
 

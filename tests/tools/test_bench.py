@@ -55,7 +55,7 @@ def test_a_worker_reports_its_ports_own_time_within_the_round_trip(name: str) ->
             assert impl.last_seconds is not None and 0 < impl.last_seconds < trip
         assert bench.worker_pid(impl) and bench.peak_rss(bench.worker_pid(impl)) > 10 << 20
         request, reply = bench.wire_bytes(name, "scaled_dot_product_attention", inputs, options, out)
-    adapter = importlib.import_module(f"ports.{name}_adapter")
+    adapter = importlib.import_module(f"attention_ports.runtimes.{name}.adapter")
     args = adapter.build_call(ops.get("scaled_dot_product_attention"), inputs, options)
     assert request == sum(len(p) for p in protocol.encode_request(1, "scaled_dot_product_attention", args))
     assert reply >= 8 * (64 * 64 + 64 * 64)  # the output and the weights, at least
