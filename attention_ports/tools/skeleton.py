@@ -225,7 +225,7 @@ _R_HEADER = """\
 #   attention-ports verify --port r={path}
 # An operation not listed is reported `missing` (its stub is never called); one that is listed and
 # raises (stop()) is an `error` for its cases, with your message. The contract:
-# ports/CONTRACT.md of attention-ports (`python -c "from attention_ports import paths; print(paths.CONTRACT)"`).
+# ports/CONTRACT.md of attention-ports (`python -c "from attention_ports.core import paths; print(paths.CONTRACT)"`).
 #
 # Layout: R is token-major, like the reference: one token per ROW (x is n x d), weights are
 # d_in x d_out applied as x %*% W, attention weights are n_q x n_k with each ROW summing to 1.
@@ -266,7 +266,7 @@ _JULIA_HEADER = """\
 #   attention-ports verify --port julia={path}
 # An operation not listed is reported `missing` (its stub is never called); one that is listed and
 # throws is an `error` for its cases, with your message. The contract: ports/CONTRACT.md of
-# attention-ports (`python -c "from attention_ports import paths; print(paths.CONTRACT)"`).
+# attention-ports (`python -c "from attention_ports.core import paths; print(paths.CONTRACT)"`).
 #
 # Layout: Julia is feature-major, like seed 003 and NNlib: one token per COLUMN (x is d x n),
 # weights are d_out x d_in applied as W * x, attention weights are n_k x n_q (keys x queries)

@@ -163,7 +163,7 @@ def test_no_escaped_process_outlives_an_interpreter_that_never_closed_its_port(r
     marker, flag = _marker(), tmp_path / "started"
     script = (
         "import numpy as np\n"
-        "from attention_ports.registry import create\n"
+        "from attention_ports.runtimes.registry import create\n"
         f"impl = create('r', {str(port('r', 'escapes_its_group'))!r})\n"
         "impl.run('softmax', {'x': np.eye(2)}, {})\n"
     )
