@@ -219,7 +219,7 @@ def test_an_unpacked_wheel_runs_both_runners_with_its_own_fixtures(installed_too
     user.mkdir()
     for lang, port in (("r", "declares_undefined.R"), ("julia", "declares_undefined.jl")):
         shutil.copy(USER_PORTS / lang / port, user / port)
-        runner = unpacked / "ports" / lang / RUNNERS[lang].name
+        runner = unpacked / "attention_ports" / "_assets" / "ports" / lang / RUNNERS[lang].name
         junit, out = user / f"{lang}.xml", user / f"{lang}.json"
         cases = ("--case", "softmax_ties", "--case", "self_attn_L1", "--case", "sdpa_L1_d1")
         proc = subprocess.run(

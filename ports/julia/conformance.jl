@@ -3,8 +3,8 @@
 #
 #   julia conformance.jl [options] PORT.jl | PORTDIR
 #
-#   --fixtures DIR   the fixtures folder (default: the one shipped with this file: ../../fixtures in
-#                    a checkout, ../../attention_ports/_assets/fixtures in an unpacked wheel)
+#   --fixtures DIR   the fixtures folder (default: the one shipped with this file, ../../fixtures: in
+#                    a checkout and in an unpacked wheel, where both sit under attention_ports/_assets)
 #   --case GLOB      only the cases whose id matches GLOB (* ? [...]); repeatable
 #   --junit FILE     also write a JUnit XML report (one <testcase> per case)
 #   --json FILE      also write the results as `attention-ports verify --json` does (per output)
@@ -132,7 +132,7 @@ struct Index
 end
 
 function default_fixtures()
-    for d in (joinpath(@__DIR__, "..", "..", "fixtures"), joinpath(@__DIR__, "..", "..", "attention_ports", "_assets", "fixtures"))
+    for d in (joinpath(@__DIR__, "..", "..", "fixtures"),)
         isfile(joinpath(d, "index.tsv")) && return abspath(d)
     end
     usage("no fixtures found next to ", @__DIR__, " (pass --fixtures DIR)")

@@ -3,8 +3,8 @@
 #
 #   Rscript conformance.R [options] PORT.R [MORE.R | DIR]...
 #
-#   --fixtures DIR   the fixtures folder (default: the one shipped with this file: ../../fixtures in
-#                    a checkout, ../../attention_ports/_assets/fixtures in an unpacked wheel)
+#   --fixtures DIR   the fixtures folder (default: the one shipped with this file, ../../fixtures: in
+#                    a checkout and in an unpacked wheel, where both sit under attention_ports/_assets)
 #   --case GLOB      only the cases whose id matches GLOB (* and ?); repeatable
 #   --junit FILE     also write a JUnit XML report (one <testcase> per case)
 #   --json FILE      also write the results as `attention-ports verify --json` does (per output)
@@ -90,8 +90,7 @@ local(envir = .conformance, {
   # The fixture index (attention_ports/fixtures/index.py describes the format)
 
   default_fixtures <- function(here) {
-    for (d in c(file.path(here, "..", "..", "fixtures"),
-                file.path(here, "..", "..", "attention_ports", "_assets", "fixtures"))) {
+    for (d in c(file.path(here, "..", "..", "fixtures"))) {
       if (file.exists(file.path(d, "index.tsv"))) return(normalizePath(d))
     }
     usage_error("no fixtures found next to ", here, " (pass --fixtures DIR)")
