@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from attention_ports import doctor, installers, ops, paths, progress, registry, skeleton, supervisor
+from attention_ports import doctor, installers, ops, paths, progress, reaper, registry, skeleton, supervisor
 from attention_ports.catalogue import CatalogueError
 from attention_ports.fixtures import REPO_FIXTURES, FixtureError, check, generate
 from attention_ports.impl import ImplementationUnavailable
@@ -504,6 +504,13 @@ def cmd_mutation(args: argparse.Namespace) -> int:
 
         atomic_write(json_target, (json.dumps(doc, indent=1) + "\n").encode())
     return 0 if all(r.ok for r in results) else 1
+
+
+def entry() -> int:
+    """The ``attention-ports`` console script: :func:`main` in a process that adopts what its
+    workers orphan (a child subreaper, attention_ports/reaper.py says why only here)."""
+    reaper.become_subreaper()
+    return main()
 
 
 def main(argv: list[str] | None = None) -> int:
