@@ -150,7 +150,8 @@ operation, plus the propagation of its operands' errors):
   the error ``D_t`` accumulated in the parameters by then) plus the mean's own rounding. This is
   the one part that is **not rigorous**: it assumes the training dynamics do not amplify an
   earlier step's error (they contract at these learning rates). Evidence: measured, every
-  implementation's final error stays well below this sum (README, "Tolerances").
+  implementation's final error stays well below this sum (docs/truth-and-bounds.md, "What is
+  rigorous and what is not"; fixtures/data/README.md).
 
 Stored bound per element::
 

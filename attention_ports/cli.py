@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cov = sub.add_parser("coverage", help="print the coverage matrix (operation x option/regime -> cases) as markdown")
     cov.add_argument("--catalogue", type=Path, default=REPO_FIXTURES / "catalogue.toml")
-    cov.add_argument("--readme", type=Path, default=None, help="rewrite the generated block of this README instead")
+    cov.add_argument("--readme", type=Path, default=None, help="rewrite the generated block of this page instead")
     cov.add_argument("--check", action="store_true", help="exit 1 if a cell has fewer than 2 cases")
 
     mut = sub.add_parser("mutation", help="run the mutation kit: single-bug variants of our R and Julia ports")

@@ -44,7 +44,7 @@ class Profile:
 
 
 # CI's 90 cases (15 per operation) cost ~13 s over the four implementations on a quiet 2-core
-# machine, Julia's compiles most of it (README, "Generated cases"); locally twice as many.
+# machine, Julia's compiles most of it (docs/generated-cases-and-mutation.md, "In CI"); locally twice as many.
 CI_PROFILE = Profile(examples=90, seed=20261123)
 LOCAL_EXAMPLES = 180
 
@@ -209,8 +209,8 @@ def random_command(impl: str, examples: int, seed: int, port: Path | None, opera
 
 
 # Drawn only when asked for (--op): hypothesis finds trajectories whose error grows past the bounds
-# the truth engine derives for them (README, "Generated cases"), a limit of those bounds, not of
-# the ports; every other operation is drawn by default.
+# the truth engine derives for them (docs/generated-cases-and-mutation.md, "What hypothesis
+# found"), a limit of those bounds, not of the ports; every other operation is drawn by default.
 NOT_BY_DEFAULT = {"classifier_train": "its trajectory bounds do not yet cover every drawn trajectory"}
 
 
