@@ -465,10 +465,13 @@ def entry_sub(d_abs: arb_mat, e_x: arb_mat | None, e_y: arb_mat | None) -> arb_m
     return prop + U * (d_abs + prop)
 
 
-def sgd(p_abs: arb_mat, g_abs: arb_mat, e_g: arb_mat | None, lr: arb) -> arb_mat:
-    """Error of ``p - lr g`` for an exact p."""
-    err = gamma(2) * (p_abs + lr * _plus(g_abs, e_g))
-    return err if e_g is None else err + lr * e_g
+def sgd(p_abs: arb_mat, e_p: arb_mat | None, g_abs: arb_mat, e_g: arb_mat | None, lr: arb) -> arb_mat:
+    """Error of ``p - lr g``: the errors p and g carry in, and the update's two roundings (or one
+    with FMA) at the size of its operands."""
+    err = gamma(2) * (_plus(p_abs, e_p) + lr * _plus(g_abs, e_g))
+    if e_g is not None:
+        err = err + lr * e_g
+    return err if e_p is None else err + e_p
 
 
 def loss(rho_y: arb, loss_abs: arb, t_y_abs: arb) -> arb:

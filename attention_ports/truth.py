@@ -216,7 +216,10 @@ def _trajectory(inputs, options, where: str) -> Truth:
         if base >= MAX_PREC:
             raise TruthError(f"{where}: the trajectory does not certify at {base} bits")
         base = min(_next_prec(base, missing), MAX_PREC)
-    loss_err, param_err = exact.trajectory_bounds(traj, options)
+    def amplification() -> arb:
+        return exact.trajectory_amplification(inputs, options, traj, base, TRAJECTORY_BITS_PER_STEP)
+
+    loss_err, param_err = exact.trajectory_bounds(traj, options, amplification)
     errs = {"epoch_losses": loss_err, **{f"params.{n}": m for n, m in param_err.items()}}
     outputs = {name: (arr, _bound_array(errs[name], arr, outs[name].shape)) for name, (arr, _) in rounded.items()}
     # The working precision recorded is the first step's, the highest.
