@@ -240,10 +240,14 @@ def softmax_row(a: list[arb], t_abs: list[arb], e_s: list[arb] | None, kept: lis
     ]
     eps = softmax_eps(n)
     mean = sum((a[j] * eta[j] for j in range(len(a)) if kept[j]), arb(0))  # <A, eta>
-    # Keys whose weight is below e^-745 even with the logit perturbed: a correct implementation
-    # returns 0 or a subnormal there, inside the UNDERFLOW allowance; they do not bound eta.
-    live = [j for j in range(len(a)) if kept[j] and not (t_abs[j] - eta[j] > NEGLIGIBLE_LOGIT)]
-    big = max((eta[j].upper() for j in live), default=arb(0))
+    # Keys whose weight is below e^-745 even with the logits perturbed (theirs, and the row
+    # maximum's by up to `top`): a correct implementation returns 0 or a subnormal there, inside
+    # the UNDERFLOW allowance; they do not bound eta. With one live key left its weight is 1 within
+    # that allowance whatever the logit errors (a saturated softmax carrying a trajectory's
+    # parameter errors, bounds.py "Trajectories"): there is no expansion to guard.
+    top = max((eta[j].upper() for j in range(len(a)) if kept[j]), default=arb(0))
+    live = [j for j in range(len(a)) if kept[j] and not (t_abs[j] - eta[j] - top > NEGLIGIBLE_LOGIT)]
+    big = max((eta[j].upper() for j in live), default=arb(0)) if len(live) > 1 else arb(0)
     if not (big + eps < MAX_FIRST_ORDER):  # an arb comparison is True only when certain
         raise BoundError(f"a softmax row's logit error bound {big.upper()} exceeds 2^-20")
     second = SECOND_ORDER * big * big

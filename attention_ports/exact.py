@@ -904,14 +904,17 @@ def _summed_bounds(
         for i, params in traj.steps:
             x_emb, label = traj.sentences[i]
             step = classifier_step_graph(g, x_emb, label, {n: T(m) for n, m in params.items()}, lr, frozen)
-            carried = sum(
-                (
-                    a * b
-                    for n in CLASSIFIER_PARAMS
-                    for a, b in zip(step.grads[n].abs.entries(), acc[n].entries(), strict=True)
-                ),
-                am.ZERO,
-            ) * amplification
+            carried = (
+                sum(
+                    (
+                        a * b
+                        for n in CLASSIFIER_PARAMS
+                        for a, b in zip(step.grads[n].abs.entries(), acc[n].entries(), strict=True)
+                    ),
+                    am.ZERO,
+                )
+                * amplification
+            )
             loss_err.append(step.loss.e.entries()[0] + carried)
             loss_abs.append(step.loss.abs.entries()[0])
             for n in CLASSIFIER_PARAMS:
