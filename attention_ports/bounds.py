@@ -105,13 +105,30 @@ operation, plus the propagation of its operands' errors):
   autograd, the R and Julia ports) differ in the order of the same products; the rules do not
   depend on the order.
 * **SGD** ``p - lr g``: ``lr e_g + gamma(2) (|p| + lr (|g| + e_g))`` (two roundings, or one with FMA).
-* **Trajectories** (many SGD steps): the bound on the final parameters is the *sum over steps* of
-  each step's own rounding bound (the rule above with exact parameters at that step), and an
-  epoch loss's is the mean of its steps' loss bounds plus ``|g| . D_t`` (first-order effect of
-  the error ``D_t`` accumulated in the parameters by then) plus the mean's own rounding. This is
-  the one part that is **not rigorous**: it assumes the training dynamics do not amplify an
-  earlier step's error (they contract at these learning rates). Evidence: measured, every
-  implementation's final error stays well below this sum (README, "Tolerances").
+* **Trajectories** (many SGD steps): the error is *carried*. Step t runs the step's graph with
+  the parameters entering as operands that carry the bound ``D_t`` accumulated so far (``D_0 = 0``:
+  the inputs are exact), so every rule above propagates ``D_t`` through the forward, the softmax
+  weights (as logit errors), the loss, ``probs - onehot``, the backward and the update, and adds
+  that step's own roundings; the SGD rule with an inexact p is
+  ``D_{t+1} = D_t + lr e_g + gamma(2) (|p| + D_t + lr (|g| + e_g))``, and the epoch losses are
+  means of the steps' loss bounds plus the mean's rounding. Two points make it hold where a value
+  is computed only to an absolute accuracy: every rounding is charged at the size of its
+  operands (a softmax weight at |p|, so ``p_y - 1`` at a saturated softmax carries ~10u absolute,
+  whatever its own size, ~1e-222 at logits of 512); and the backward, linear in
+  ``delta = probs - onehot``, errs at the computed ``delta + d`` by at most its error at
+  ``delta`` plus ``sum_c |d_c| (|G_c| + e_Gc)``, ``G_c`` the backward of the unit vector c run
+  with the carried errors (every rule is linear in its operands' magnitudes). A softmax row with
+  one live key (every other below e^-745 even perturbed) has the weight 1 within UNDERFLOW
+  whatever its logit errors: no first-order guard applies there. The carried bound is first order
+  in the errors like every rule, and takes absolute values at every node: it cannot see the
+  contraction that the signs of ``I - lr H`` give, so on long trajectories it grows geometrically
+  (the sentiment trajectories: past 2^-20 in a logit after ~190 of 1,140 steps at lr = 0.02 and
+  ~330 of 760 at 0.05). Such a trajectory is not certified (``BoundError``), unless its catalogue
+  case is flagged ``estimated_bound``: then its bound is an **estimate**, the sum over steps of
+  each step's own bound from exact parameters, times ``max(1, A)``, A the amplification the exact
+  dynamics give a perturbation of the initial parameters (``exact.trajectory_amplification``:
+  38 and 120 on those two). That is the one bound that is not derived: it takes one direction's
+  amplification for every step's.
 
 Stored bound per element::
 
