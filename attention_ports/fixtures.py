@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from attention_ports import conventions, fixture_index, paths, truth, validate
-from attention_ports.catalogue import CaseSpec, Catalogue, CatalogueError, build_inputs, load_catalogue
+from attention_ports.catalogue import ESTIMATED_FLAG, CaseSpec, Catalogue, CatalogueError, build_inputs, load_catalogue
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -135,7 +135,8 @@ def render(
     """Compute every fixture file's bytes and the manifest, without touching the disk."""
     inputs = [build_inputs(spec) for spec in catalogue.cases]
     jobs = [(spec.id, spec.op, ins, spec.options) for spec, ins in zip(catalogue.cases, inputs, strict=True)]
-    truths = truth.compute_many(jobs, workers=workers, progress=progress)
+    estimated = [spec.id for spec in catalogue.cases if ESTIMATED_FLAG in spec.flags]
+    truths = truth.compute_many(jobs, workers=workers, progress=progress, estimated=estimated)
     files: dict[str, bytes] = {}
     cases = [
         _render_case(spec, ins, tr, _convention_truths(spec, ins, tr), files)

@@ -335,11 +335,27 @@ def test_bad_inputs_are_named_errors() -> None:
 
 def test_an_ill_conditioned_case_is_refused_rather_than_given_a_false_bound() -> None:
     # Scores of 2e12 that differ by O(1): every float64 implementation's weights are off by ~1e-4
-    # relative, beyond the first-order analysis (2^-20): no honest bound, so no fixture.
+    # relative, beyond the first-order analysis (2^-20): no honest bound, so no fixture. (With
+    # k[1] = 1e6 + 1 they differ by 1e6 instead: the first key's weight is below e^-745 however
+    # the scores err, the second's is 1, and that case certifies.)
     q = np.array([[1e6, 1e6]])
-    k = np.array([[1e6, 1e6], [1e6, 1e6 + 1]])
+    k = np.array([[1e6, 1e6], [1e6, 1e6 + 2.0**-20]])
     with pytest.raises(BoundError, match="exceeds 2\\^-20"):
         truth.compute("scaled_dot_product_attention", {"q": q, "k": k, "v": k}, {"scale": 1.0})
+
+
+def test_a_row_with_one_live_key_certifies_whatever_its_logit_errors() -> None:
+    # Scores of 2e12 (each off by ~4e-4 in float64) that differ by 1e6: the first key's weight is
+    # below e^-745 however they err, so the second's is 1 within the underflow allowance, and
+    # there is no first-order expansion to guard (bounds.softmax_row). A trajectory whose output
+    # softmax saturates while carrying parameter errors has such rows.
+    q = np.array([[1e6, 1e6]])
+    k = np.array([[1e6, 1e6], [1e6, 1e6 + 1]])
+    res = truth.compute("scaled_dot_product_attention", {"q": q, "k": k, "v": k}, {"scale": 1.0})
+    weights, w_bound = res["weights"]
+    np.testing.assert_array_equal(weights, [[0.0, 1.0]])
+    assert w_bound[0, 1] < 1e-13
+    np.testing.assert_array_equal(res["output"][0], k[1:])
 
 
 def test_a_weight_that_underflows_needs_no_first_order_guarantee() -> None:
