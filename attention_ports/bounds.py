@@ -315,7 +315,10 @@ def softmax_row(
     live = [j for j in range(len(a)) if kept[j] and not (t_abs[j] - eta[j] - top > NEGLIGIBLE_LOGIT)]
     big = max((eta[j].upper() for j in live), default=arb(0)) if len(live) > 1 else arb(0)
     if not (big + eps < MAX_FIRST_ORDER):  # an arb comparison is True only when certain
-        raise BoundError(f"a softmax row's logit error bound {big.upper()} exceeds 2^-20")
+        raise BoundError(
+            f"a softmax row's first-order terms exceed 2^-20 (logit error bound {big.upper()}, "
+            f"unnormalised relative error {eps.upper()})"
+        )
     second = SECOND_ORDER * big * big
     norm, rho = [], []
     for j in range(len(a)):
