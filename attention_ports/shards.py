@@ -180,10 +180,8 @@ def merge(paths: Sequence[Path], strict: bool = False) -> Report:
     for path, doc in docs[1:]:
         for key, what in SAME.items():
             if _get(doc["meta"], key) != _get(first["meta"], key):
-                mine, theirs = _get(doc["meta"], key), _get(first["meta"], key)
-                raise ShardError(
-                    f"{path} and {first_path} are not shards of one run: {what} differ ({mine!r} and {theirs!r})"
-                )
+                values = f"{_get(doc['meta'], key)!r} and {_get(first['meta'], key)!r}"
+                raise ShardError(f"{path} and {first_path} are not shards of one run: they differ in {what} ({values})")
     total = first["meta"]["shard"]["total"]
     seen: dict[int, Path] = {}
     owner: dict[str, Path] = {}
