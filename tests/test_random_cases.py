@@ -183,3 +183,21 @@ def test_known_gap_a_saturated_two_epoch_trajectory_is_within_its_bounds() -> No
     drawn = strategies.Drawn("classifier_train", inputs, {"lr": 0.1, "epochs": 2, "frozen": []})
     results = judge("reference", generated.make_case(drawn), ReferenceImplementation())
     assert all(r.status == "pass" for r in results), [r.message for r in results if r.status != "pass"]
+
+
+def test_verify_random_writes_every_report_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The generated tier goes through the one pipeline: JUnit, HTML and markdown as the default run's."""
+    import xml.etree.ElementTree as ET
+
+    from attention_ports import cli
+
+    out = {ext: tmp_path / f"random.{ext}" for ext in ("xml", "html", "md")}
+    args = ["--junit", str(out["xml"]), "--html", str(out["html"]), "--markdown", str(out["md"])]
+    assert cli.main(["verify", "--random", "12", "--seed", "3", "--impl", "reference", *args]) == 0
+    assert "PASS: all 12 cases agree with the truth" in capsys.readouterr().out
+    suite = ET.parse(out["xml"]).getroot()
+    assert suite.get("tests") == "12" and suite.get("failures") == "0"
+    names = [tc.get("name") for tc in suite.iter("testcase")]
+    assert len(names) == 12 and all(n.startswith("random_") for n in names)
+    assert "PASS: all 12 cases agree with the truth" in out["html"].read_text()
+    assert "PASS" in out["md"].read_text()
