@@ -133,8 +133,11 @@ def test_verify_random_on_the_reference(tmp_path: Path, capsys: pytest.CaptureFi
     )
     out = capsys.readouterr().out
     assert "reference: 20 generated cases, all pass" in out and "seed 5" in out
-    doc = json.loads((tmp_path / "j").read_text())
-    assert doc["seed"] == 5 and doc["runs"][0]["examples"] == 20 and doc["runs"][0]["ok"]
+    doc = json.loads((tmp_path / "j").read_text())  # the one report format, every tier's
+    assert doc["version"] == 4 and doc["meta"]["tier"] == "random" and doc["meta"]["random"]["seed"] == 5
+    assert doc["meta"]["random"]["runs"]["reference"]["examples"] == 20
+    assert doc["summary"]["implementations"] == {"reference": {"pass": 20}} and doc["summary"]["ok"]
+    assert {c["repro"] for c in doc["cases"]} == {"attention-ports verify --random 20 --seed 5 --impl reference"}
 
 
 # --- what hypothesis found in the truth engine (not in any port): pinned until fixed ----------------
@@ -248,3 +251,21 @@ def test_the_trajectory_strategy_draws_saturated_and_large_learning_rate_traject
 
     tally()
     assert seen == {"saturated", "large_lr"}
+
+
+def test_verify_random_writes_every_report_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The generated tier goes through the one pipeline: JUnit, HTML and markdown as the default run's."""
+    import xml.etree.ElementTree as ET
+
+    from attention_ports import cli
+
+    out = {ext: tmp_path / f"random.{ext}" for ext in ("xml", "html", "md")}
+    args = ["--junit", str(out["xml"]), "--html", str(out["html"]), "--markdown", str(out["md"])]
+    assert cli.main(["verify", "--random", "12", "--seed", "3", "--impl", "reference", *args]) == 0
+    assert "PASS: all 12 cases agree with the truth" in capsys.readouterr().out
+    suite = ET.parse(out["xml"]).getroot()
+    assert suite.get("tests") == "12" and suite.get("failures") == "0"
+    names = [tc.get("name") for tc in suite.iter("testcase")]
+    assert len(names) == 12 and all(n.startswith("random_") for n in names)
+    assert "PASS: all 12 cases agree with the truth" in out["html"].read_text()
+    assert "PASS" in out["md"].read_text()
