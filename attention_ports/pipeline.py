@@ -249,7 +249,7 @@ class RandomSource(CaseSource):
     def _ops(self) -> list[str]:
         from attention_ports.strategies import STRATEGIES
 
-        return list(self.operations or (op for op in STRATEGIES if op not in self.generated.NOT_BY_DEFAULT))
+        return list(self.operations or STRATEGIES)
 
     def units(self) -> list[Unit]:
         ops = self._ops()
