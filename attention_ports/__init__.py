@@ -9,5 +9,6 @@ operations, conventions, catalogue, strategies) < ``truth`` (certified expected 
 bounds) < ``fixtures`` (the golden files on disk) < ``runtimes`` (implementations and the foreign
 workers) < ``judge`` (the result model, runner, comparator, diagnoses) < ``report`` (every output
 format) < ``tools`` (bench, coverage, mutation kit, doctor, init, installers) < ``tiers`` (generated
-cases, the scale tier) < the top: ``cli``, ``pytest_plugin`` and ``conformance``.
+cases, the scale tier) < ``pipeline`` (the one verify pipeline over every case source, shards and
+their merge) < the top: ``cli``, ``pytest_plugin`` and ``conformance``.
 """

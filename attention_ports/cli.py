@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import signal
 import sys
 import threading
@@ -27,25 +26,14 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from attention_ports.core import paths, progress
 from attention_ports.core.targets import TargetError, check_targets
 from attention_ports.fixtures.store import REPO_FIXTURES, FixtureError, check, generate
-from attention_ports.judge.runner import in_ci, run_suite
-from attention_ports.report import (
-    Report,
-    accuracy_table,
-    failure_details,
-    summary_lines,
-    table,
-    write_html,
-    write_json,
-    write_junit,
-    write_markdown,
-)
-from attention_ports.runtimes import registry, supervisor
-from attention_ports.runtimes.impl import ImplementationUnavailable
+from attention_ports.pipeline import outcome, shards
+from attention_ports.pipeline import verify as pipeline
+from attention_ports.pipeline.verify import fixtures_meta, verify_meta  # noqa: F401 (cli.verify_meta: the tests' name)
+from attention_ports.runtimes import reaper, registry, supervisor
 from attention_ports.spec import ops
 from attention_ports.spec.catalogue import CatalogueError
 from attention_ports.tools import doctor, installers, skeleton
@@ -158,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         choices=list(ops.OPS),
-        help="with --random: operations to draw (repeatable; default: every one but classifier_train)",
+        help="with --random: operations to draw (repeatable; default: every one)",
     )
     v.add_argument("--dump", type=Path, default=None, help="with --random: write a failing case as fixtures here")
     v.add_argument(
@@ -168,6 +156,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="catalogue: the fixtures (default); scale: L = 1024, 4096, 16384 at run time (fixtures/scale.toml, slow)",
     )
     v.add_argument("--no-cache", action="store_true", help="scale tier: recompute the exact truth of the sampled rows")
+    v.add_argument(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="run the K-th of N parts of the selected cases, balanced by expected cost (then merge-reports)",
+    )
+
+    mr = sub.add_parser("merge-reports", help="merge the JSON reports of verify --shard K/N into the run's one report")
+    mr.add_argument("reports", nargs="+", type=Path, help="every shard's JSON report (verify --shard K/N --json F)")
+    mr.add_argument("--json", type=Path, default=None, help="write the merged machine-readable report here")
+    mr.add_argument("--junit", type=Path, default=None, help="write the merged JUnit XML here")
+    mr.add_argument("--markdown", type=Path, default=None, help="write the merged markdown summary here")
+    mr.add_argument("--html", type=Path, default=None, help="write the merged HTML page here")
+    mr.add_argument("--strict", action="store_true", help="missing (not implemented) operations fail too")
 
     d = sub.add_parser("doctor", help="show which runtimes are available and the command that gets each missing one")
     d.add_argument(
@@ -195,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cov = sub.add_parser("coverage", help="print the coverage matrix (operation x option/regime -> cases) as markdown")
     cov.add_argument("--catalogue", type=Path, default=REPO_FIXTURES / "catalogue.toml")
-    cov.add_argument("--readme", type=Path, default=None, help="rewrite the generated block of this README instead")
+    cov.add_argument("--readme", type=Path, default=None, help="rewrite the generated block of this page instead")
     cov.add_argument("--check", action="store_true", help="exit 1 if a cell has fewer than 2 cases")
 
     mut = sub.add_parser("mutation", help="run the mutation kit: single-bug variants of our R and Julia ports")
@@ -255,173 +257,37 @@ def report_targets(args: argparse.Namespace) -> dict[str, Path]:
     return check_targets({opt: getattr(args, attr, None) for opt, attr in options.items()})
 
 
-def fixtures_meta(fixtures_dir: Path) -> dict[str, str]:
-    """Which fixtures a report judged by: the folder and the sha256 of its manifest (which holds the
-    sha256 of every case file, so one hash names them all)."""
-    try:
-        digest = hashlib.sha256((fixtures_dir / "manifest.json").read_bytes()).hexdigest()
-    except OSError as exc:
-        digest = f"unknown: {exc.strerror}"
-    return {"dir": str(fixtures_dir), "manifest_sha256": digest}
-
-
-def verify_meta(impls: list[str], ports: dict[str, Path], fixtures_dir: Path) -> dict[str, Any]:
-    """A verify report's ``meta``: what ran, on which fixtures, with which versions."""
-    return {
-        "implementations": impls,
-        "ports": {k: str(v) for k, v in ports.items()},
-        "versions": doctor.runtime_versions(impls),
-        "fixtures": fixtures_meta(fixtures_dir),
-    }
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
-    random = args.random is not None or args.seed is not None or args.op or args.dump is not None
-    if args.tier == "scale":
-        if random:
-            print("attention-ports verify: --tier scale and --random are two different runs", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        from attention_ports.tiers import scale
-
-        return scale.main(args)
-    if random:
-        return cmd_verify_random(args)
-    targets = report_targets(args)
-    fixtures_dir = args.dir.resolve()  # as given, before anything can change the directory
-    ports = dict(args.port)
-    impls = args.impl or (list(dict.fromkeys([*DEFAULT_IMPLS])) if not ports else list(ports))
-    for name in ports:
-        if name not in impls:
-            impls.append(name)
-    required = set(DEFAULT_IMPLS) if in_ci() else set(args.impl or []) | set(ports)
-    with graceful_stop() as state:
-        results = run_suite(
-            fixtures_dir,
-            impls,
-            ports,
-            args.case,
-            required=required,
-            progress=progress.VerifyProgress(),
-            parallel=not args.sequential,
-            stop=state["stop"],
-        )
-    signum = state["signum"]
-    meta = verify_meta(impls, ports, fixtures_dir)
-    report = Report(results, meta, strict=args.strict, interrupted=signum is not None, ci=in_ci())
-    if not args.quiet:
-        print(table(report))
-        print()
-    details = failure_details(report)
-    if details:
-        print(details)
-        print()
-    print(summary_lines(report))
-    acc = accuracy_table(report)
-    if acc:
-        print()
-        print(acc)
-    writers = {"--json": write_json, "--junit": write_junit, "--markdown": write_markdown, "--html": write_html}
-    for option, target in targets.items():
-        writers[option](report, target)
-    if signum is not None:
-        name = signal.Signals(signum).name
-        print(f"interrupted by {name}: {len(results)} case run(s) finished; the report holds only those")
-        return EXIT_SIGNAL_BASE + signum
-    bad_fixtures = sorted({r.case for r in results if r.fixture_error})
-    if bad_fixtures:
-        print(f"bad fixture files in {fixtures_dir} for case(s) {', '.join(bad_fixtures)}: exit {EXIT_BAD_INPUT}")
-        return EXIT_BAD_INPUT
-    # The report's verdict (model.Report.ok): a failure or error, a missing case under --strict, and
-    # under CI=true an implementation that passed zero cases (the pytest plugin's rule).
-    if report.ci and (empty := report.zero_pass()):
-        print(f"CI: no case passed on {', '.join(empty)}: refusing to call this run green")
-    # Partial ports are the user's business; an operation missing from a port we ship is our bug.
-    ours_missing = sorted({r.impl for r in results if r.status == "missing" and r.impl not in ports})
-    if ours_missing:
-        print(f"the shipped port(s) {', '.join(ours_missing)} lack operations: that fails even without --strict")
-    return EXIT_DISAGREE if not report.ok or ours_missing else EXIT_AGREE
-
-
-def cmd_verify_random(args: argparse.Namespace) -> int:
-    """``verify --random N``: generated cases on each implementation (attention_ports/tiers/random.py)."""
-    import json
-    import secrets
-
-    if args.random is None or args.random < 1:
-        print("attention-ports verify: --seed, --op and --dump go with --random N (N >= 1)", file=sys.stderr)
-        return 2
-    if args.junit or args.markdown or args.html:
-        print("attention-ports verify: --random writes only --json (its own format)", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if args.json is not None:
-        args.json = check_targets({"--json": args.json})["--json"]  # proved writable before the run
-    if args.case or args.dir != REPO_FIXTURES:
-        print(
-            "attention-ports verify: --case and --dir select fixture cases; --random generates its own", file=sys.stderr
-        )
-        return 2
+    """Every tier through the one pipeline (attention_ports/pipeline/): the case source the options
+    name, the one selection of implementations, one report in every format, one exit status."""
     try:
-        from attention_ports.tiers import random as generated
-    except ImportError as exc:  # hypothesis is the optional extra attention-ports[random]
-        print(
-            f"attention-ports verify --random needs hypothesis ({exc}): pip install 'attention-ports[random]'",
-            file=sys.stderr,
-        )
-        return 2
-    ports = dict(args.port)
-    impls = args.impl or (DEFAULT_IMPLS if not ports else list(ports))
-    impls += [name for name in ports if name not in impls]
-    required = set(DEFAULT_IMPLS) if in_ci() else set(args.impl or []) | set(ports)
-    seed = args.seed if args.seed is not None else secrets.randbits(32)
-    operations = args.op or None
-    print(f"{args.random} generated cases per implementation, seed {seed}", file=sys.stderr)
-    runs, status = [], 0
-    for name in impls:
+        source = pipeline.source_from_args(args)
+    except pipeline.UsageError as exc:
+        print(f"attention-ports verify: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    targets = report_targets(args)
+    sel = pipeline.select_implementations(args.impl, args.port)
+    shard = None
+    if args.shard is not None:
         try:
-            impl = registry.create(name, ports.get(name))
-        except ImplementationUnavailable as exc:
-            print(f"{name}: unavailable: {exc}")
-            status = max(status, 1 if name in required else 0)
-            continue
-        try:
-            run = generated.run_random(
-                name, impl, args.random, seed, operations=operations, port=ports.get(name), progress=_random_progress
-            )
-        finally:
-            impl.close()
-        runs.append(run)
-        print(run.summary())
-        if in_ci() and run.ok and run.examples == run.missing:  # the rule of every verify run under CI
-            print(f"CI: no case passed on {name}: refusing to call this run green")
-            status = 1
-        if run.first_uncertified:
-            print(f"  the first case the truth engine could not certify: {run.first_uncertified}")
-        again = f"attention-ports verify --dir {{dir}} --impl {name}" + (
-            f" --port {name}={ports[name]}" if name in ports else ""
-        )
-        for failure in run.failures:
-            status = 1
-            print(f"\n[{name}] {failure.message()}")
-            print(f"  reproduce: {run.command}")
-            if args.dump is None:
-                keep = again.format(dir="DIR")
-                print(f"  keep it: add --dump DIR to write this minimal case as fixture files, then {keep}")
-            else:
-                where = generated.dump(failure.case, args.dump / name / failure.case.op)
-                print(f"  wrote it as fixtures in {where}: {again.format(dir=where)}")
-            print()
-    if args.json:
-        from attention_ports.core.io import atomic_write
-
-        doc = {"version": 1, "random": args.random, "seed": seed, "runs": [r.as_json() for r in runs]}
-        atomic_write(args.json, (json.dumps(doc, indent=1) + "\n").encode())
-    return status
+            shard = shards.parse_shard(args.shard)
+        except ValueError as exc:
+            print(f"attention-ports verify: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    with graceful_stop() if source.graceful else contextlib.nullcontext({"stop": None, "signum": None}) as state:
+        report = pipeline.run(source, sel, shard=shard, strict=args.strict, stop=state["stop"])
+    source.terminal(report, args.quiet)
+    outcome.write_reports(report, targets)
+    return outcome.exit_status(report, sel.ports, state["signum"])
 
 
-def _random_progress(impl: str, done: int, total: int) -> None:
-    if sys.stderr.isatty():
-        end = "\n" if done == total else ""
-        print(f"\r\033[K[{impl}] {done}/{total} generated cases", end=end, file=sys.stderr, flush=True)
+def cmd_merge_reports(args: argparse.Namespace) -> int:
+    targets = report_targets(args)
+    try:
+        return shards.main(args.reports, targets, strict=args.strict)
+    except shards.ShardError as exc:
+        print(f"attention-ports merge-reports: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -509,12 +375,20 @@ def cmd_mutation(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+def entry() -> int:
+    """The ``attention-ports`` console script: :func:`main` in a process that adopts what its
+    workers orphan (a child subreaper, attention_ports/runtimes/reaper.py says why only here)."""
+    reaper.become_subreaper()
+    return main()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # a usage error exits 2 here (argparse)
     handlers = {
         "generate": cmd_generate,
         "check-fixtures": cmd_check,
         "verify": cmd_verify,
+        "merge-reports": cmd_merge_reports,
         "bench": cmd_bench,
         "coverage": cmd_coverage,
         "mutation": cmd_mutation,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One idempotent set-up step for everything: a virtual environment with the package and its dev
 # tools, PyTorch (the independent oracle), R with rpy2, Julia, and Chromium (a test renders the HTML
-# report in it). Both README commands call it.
+# report in it). Both of the README's two commands (`make verify`, `make test`) call it.
 #
 # Environment: PYTHON (interpreter for the venv, default python3), VENV (default .venv),
 # ATTENTION_PORTS_TORCH (torch requirement, default torch==2.13.0: the CPU build this machine's

@@ -22,7 +22,8 @@ def test_verify_reference_passes_and_writes_the_json_report(tmp_path: Path, caps
     assert out.splitlines()[0].split() == ["case", "reference"]
     assert "seed000_four_words" in out and "reference: 6 pass" in out
     doc = json.loads(report.read_text())
-    assert doc["version"] == 3  # attention_ports/report/json_report.py: what changed from 2
+    assert doc["version"] == 4  # attention_ports/report/json_report.py: what changed from 3
+    assert doc["meta"]["tier"] == "catalogue" and doc["meta"]["strict"] is False
     row = doc["results"][0]
     assert set(row) == {
         "impl",
@@ -45,7 +46,10 @@ def test_verify_reference_passes_and_writes_the_json_report(tmp_path: Path, caps
         "masked_query",  # the convention judged by; None: no query of these cases is fully masked
     }
     assert {r["masked_query"] for r in doc["results"]} == {None}
-    assert set(doc) == {"version", "interrupted", "meta", "results", "summary", "agreement"}
+    assert set(doc) == {"version", "interrupted", "meta", "results", "summary", "agreement", "cases"}
+    assert [(c["impl"], c["case"]) for c in doc["cases"]] == list(
+        dict.fromkeys((r["impl"], r["case"]) for r in doc["results"])
+    )
     assert all(0 <= r["err_over_bound"] <= 1 for r in doc["results"])
     assert {r["case"] for r in doc["results"]} == {
         "seed000_four_words",

@@ -186,6 +186,16 @@ FIGURES = [
         ),
     ),
     Figure("docs/findings.md", r"fails \d+ of the (\d+) softmax cases", lambda: (_ops()["softmax"],)),
+    Figure(
+        "docs/ports.md",
+        r"NOTHING RAN: 0 of (\d+) cases; (\d+) not implemented",
+        lambda: (sum(_ops().values()), sum(_ops().values())),
+    ),
+    Figure(
+        "docs/ports.md",
+        r"PASS for (\d+) of (\d+) cases; (\d+) not implemented",
+        lambda: (_ops()["softmax"], sum(_ops().values()), sum(_ops().values()) - _ops()["softmax"]),
+    ),
     Figure("docs/truth-and-bounds.md", r"the mutation kit's (\d+) controls", lambda: (_mutation_controls(),)),
 ]
 # Counts of cases that are not the catalogue's: settings of generated runs, or a run's own output
@@ -196,6 +206,9 @@ OTHER_CASE_COUNTS = {
     ("docs/generated-cases-and-mutation.md", r"runs of 600 cases per"),
     ("docs/cli.md", r"fewer than 2 cases"),
     ("docs/generated-cases-and-mutation.md", r"caught by >= 2 cases"),  # the rule, mutation.MIN_KILLS
+    ("docs/cli.md", r"NOTHING RAN: 0 of N cases"),  # the headline's form, N any count
+    ("docs/ports.md", r"verdict: FAIL: 1 of 2 cases fail"),  # the walk-through run's, checked below
+    ("docs/truth-and-bounds.md", r"failed 12 cases in R and in Julia"),  # before issue 19's rule: history
 }
 
 

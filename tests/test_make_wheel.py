@@ -26,7 +26,14 @@ def test_make_wheel_without_a_venv_makes_one_and_never_runs_setup(tmp_path: Path
         pytest.skip("no make")
     src = _copy_sources(tmp_path / "src")
     venv = tmp_path / "fresh"
-    plan = subprocess.run(["make", "-n", "wheel", f"VENV={venv}"], cwd=src, capture_output=True, text=True, check=True)
+    # --no-print-directory: under `make test` (MAKELEVEL set) make would add "Entering directory" lines
+    plan = subprocess.run(
+        ["make", "--no-print-directory", "-n", "wheel", f"VENV={venv}"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     lines = plan.stdout.splitlines()
     assert lines[0] == f"python3 -m venv {venv}"
     assert any(f"{venv}/bin/python -m pip wheel --no-deps" in ln for ln in lines)

@@ -63,7 +63,8 @@ def test_the_wheel_carries_the_fixtures_contract_ports_and_installers(installed_
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(installed_tool.wheel).read(entry_points).decode()
     assert "[pytest11]\nattention_ports.pytest_plugin = attention_ports.pytest_plugin" in text
-    assert "attention-ports = attention_ports.cli:main" in text
+    # the console script is cli.entry: main in a process that is a child subreaper (runtimes/reaper.py)
+    assert "attention-ports = attention_ports.cli:entry" in text
 
 
 def test_the_installed_package_finds_its_data_in_site_packages(installed_tool: InstalledTool, user_dir: Path) -> None:

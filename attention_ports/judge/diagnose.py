@@ -9,7 +9,7 @@ bounds; a recomputation by the NumPy reference with the bounds widened by float6
 (``_fits``). A mistake that fits nowhere gets no line: a wrong hint is worse than none.
 
 A mistake must also explain the numbers better than rounding does (issue 19; the rule and its
-derivation: README, "Bring your own port", when a diagnosis is named). The competing explanation is
+derivation: docs/ports.md, "When a diagnosis is named"). The competing explanation is
 "a correct formulation, rounded at a larger scale than the bound models" (a log-domain softmax
 rounds ``x - lse`` at |x|, not at |x - max|): every element within ``ROUNDING_MULTIPLE`` times its
 bound, or within ``ROUNDING_RELATIVE`` = sqrt(u) of the output's magnitude. A difference that

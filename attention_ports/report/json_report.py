@@ -1,6 +1,20 @@
 """The machine-readable report: every judged output, the summary, the agreement matrix.
 
-Version 3 (``REPORT_VERSION``). Changes from version 2, which readers of 2 can ignore:
+Version 4 (``REPORT_VERSION``). Changes from version 3 (the ``results``, ``summary`` and
+``agreement`` of a catalogue run are the same; readers of 3 can ignore the rest):
+- every tier writes this one format (``verify``, ``verify --random``, ``verify --tier scale``,
+  ``merge-reports``); ``meta.tier`` says which: ``catalogue``, ``random`` or ``scale``;
+- ``meta.strict``; a generated run's ``meta.random`` (seed, cases per implementation, operations,
+  the profile, each implementation's search tally); a scale run's ``meta.scale`` (rows per case,
+  the harness's truth and bound seconds, peak memory); a shard's ``meta.shard`` (``index``,
+  ``total``, the ``units`` it ran out of the full run's ``order``), absent from a merged report;
+- new top-level ``cases``: one entry per implementation x case, in the order of ``results``
+  (``impl``, ``case``, ``op``, ``status``, ``repro``, ``fixture_error``, ``extra``: what a tier
+  adds, e.g. a scale case's call time and peak memory); with ``results`` it holds all that
+  ``merge-reports`` needs to rebuild the run. No wall times (a catalogue run's JSON stays byte for
+  byte the same from run to run), so a merged JUnit's testcases have time 0.
+
+Changes from version 2 to 3, which readers of 2 can ignore:
 - ``max_abs_err``, ``max_rel_err`` and ``max_ulp_err`` cover the elements where both values are
   finite; a NaN or an infinity where a number belongs is counted in ``nonfinite_mismatches``
   (version 2 reported ``max_abs_err`` "inf" for it);
@@ -28,7 +42,7 @@ from typing import Any
 from attention_ports.core.io import atomic_write
 from attention_ports.report.model import Report
 
-REPORT_VERSION = 3
+REPORT_VERSION = 4
 
 
 def document(report: Report) -> dict[str, Any]:
@@ -42,6 +56,18 @@ def document(report: Report) -> dict[str, Any]:
         "results": [o.as_json() for r in report.results for o in r.outputs],
         "summary": report.summary(),
         "agreement": agreement,
+        "cases": [
+            {
+                "impl": r.impl,
+                "case": r.case,
+                "op": r.op,
+                "status": r.status,
+                "repro": r.repro,
+                "fixture_error": r.fixture_error,
+                "extra": r.extra,
+            }
+            for r in report.results
+        ],
     }
 
 

@@ -77,6 +77,9 @@ class Report:
     strict: bool = False
     interrupted: bool = False  # SIGINT/SIGTERM ended the run: only the cases that ran are here
     ci: bool = False  # CI=true: an implementation that passed zero cases fails the run
+    # The agreement counted already (merge-reports sums its shards': a shard holds every
+    # implementation of its cases, and the arrays two failures are compared by are not in the JSON).
+    agreement_counts: dict[tuple[str, str], Agreement] | None = None
 
     def __post_init__(self) -> None:
         self.impls = list(dict.fromkeys(r.impl for r in self.results))
@@ -194,6 +197,8 @@ class Report:
 
     def agreement(self) -> dict[tuple[str, str], Agreement]:
         """Every ordered pair of implementations (the diagonal included) -> :class:`Agreement`."""
+        if self.agreement_counts is not None:
+            return {(a, b): self.agreement_counts.get((a, b), Agreement()) for a in self.impls for b in self.impls}
         outputs: dict[tuple[str, str], dict[str, OutputResult]] = {}
         for r in self.results:
             for o in r.outputs:

@@ -1,22 +1,29 @@
-"""What a worker leaves behind is adopted, killed and reaped: no process a port starts outlives a run.
+"""What a worker leaves behind is found, killed and reaped: no process a port starts outlives a run.
 
 Killing a worker's process group misses what the port moved out of it: a ``setsid sleep``, a
-double fork into a session of its own, ``nohup sleep &`` followed by ``setsid``. On Linux the run
-(the Python process whose supervisors start the workers) therefore becomes a *child subreaper*
-(``prctl(PR_SET_CHILD_SUBREAPER, 1)``) before its first worker starts: a process orphaned anywhere
-below it is re-parented to it, not to init, so it stays in the run's process tree where it can be
-found, killed and reaped.
+double fork into a session of its own, ``nohup sleep &`` followed by ``setsid``. Such a process
+is found by the token it inherited (below), wherever it was re-parented, and killed with the
+worker's tree whenever a worker ends.
+
+The ``attention-ports`` command (the console script, :func:`attention_ports.cli.entry`) also makes
+itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER, 1)``) before its first worker starts, so
+that a process orphaned anywhere below it is re-parented to it, not to init, and is reaped by it. A
+process that merely uses the library (a pytest session with our plugin, a user's script) is never
+made one: a subreaper adopts the orphans of *every* program it runs, and a test suite's daemon that
+exits would stay a zombie of the session (``kill(pid, 0)`` succeeding on it forever) because only
+processes carrying our token are ours to reap. There the kill is the same; init reaps.
 
 Whose is it
   Every worker is started with ``$ATTENTION_PORTS_REAP`` set to a token of its own,
   ``RUN.SERIAL``, where RUN is this process's id and a random nonce. Its descendants inherit the
   variable, and ``/proc/PID/environ`` shows it (the environment a process was started with) even
-  after ``setsid``, a double fork or ``nohup``. :func:`sweep` kills a process only when it is a
-  descendant of this process (its parent chain leads here) *and* it carries the token asked for
-  (or, from :func:`sweep_run`, any token of this run), or it descends from a worker being ended
-  or from such a process. So nothing outside the run's tree is touched, nor anything else in it:
-  the children other code in this process starts (a test's ``subprocess.run``, a pytest-xdist
-  worker) carry no token of ours.
+  after ``setsid``, a double fork or ``nohup``. :func:`sweep` kills a process only when it carries
+  the token asked for (or, from :func:`sweep_run`, any token of this run: the nonce makes it ours
+  alone), or it descends from a worker being ended or from such a process. A subreaper looks only
+  in its own tree (everything a worker orphans comes to it); otherwise the whole process table is
+  searched, since an escapee is re-parented to init. Nothing else is touched: the children other
+  code in this process starts (a test's ``subprocess.run``, a pytest-xdist worker) carry no token
+  of ours.
 
 Reaping
   A subreaper must reap the orphans it adopts, but must never reap a child that other code in this
@@ -198,11 +205,12 @@ def _sweep(matches: Callable[[str], bool], roots: Iterable[int], keep: Iterable[
     end = time.monotonic() + SWEEP_SECONDS
     while True:
         table = _table()
-        ours = _below(table, [me])
+        # a subreaper's escapees are re-parented to it; anyone else's to init (or another subreaper)
+        scope = _below(table, [me]) if _subreaper else set(table) - {me}
         # a process in a worker's session was forked inside it, whatever its environment (a child of
         # ours in it is no Popen of other code), as long as the worker is not reaped (its pid not reused)
-        targets = {p for p in ours if p not in keep and (table[p][3] in roots or _carries(p, matches))}
-        targets |= {p for p in _below(table, roots | targets) if p in ours}
+        targets = {p for p in scope if p not in keep and (table[p][3] in roots or _carries(p, matches))}
+        targets |= {p for p in _below(table, roots | targets) if p in scope}
         live = [p for p in targets if table[p][1] != "Z"]
         for pid in targets:
             _killed[pid] = table[pid][2]  # a zombie too: reaped below once it is ours

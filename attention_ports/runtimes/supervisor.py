@@ -419,7 +419,6 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str]) -> _Process:
         except OSError:  # above /proc/sys/fs/pipe-max-size for an unprivileged user
             pass
     token = reaper.new_token()
-    reaper.become_subreaper()  # before the first worker: what its descendants orphan comes to us
     full_env = {**env, FDS_ENV: f"{request_r},{reply_w}", PARENT_ENV: str(os.getpid()), reaper.TOKEN_ENV: token}
     try:
         popen = _SPAWNER.run(

@@ -26,6 +26,7 @@ from attention_ports.spec import ops
 
 CATALOGUE_FORMAT = 2
 CASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]*$")
+ESTIMATED_FLAG = "estimated_bound"
 KNOWN_FLAGS = {
     "seed",  # reproduces a seed document's own example
     "published",  # the seed published numbers for it; a test asserts them
@@ -42,6 +43,10 @@ KNOWN_FLAGS = {
     "bias",  # optional biases present
     "large",  # L >= 128 or d >= 64
     "training",  # classifier forward/backward/SGD
+    # A trajectory too long for the carried bound (its worst case compounds past first order):
+    # its bound is the summed one times the amplification the exact dynamics show, an estimate
+    # (bounds.py, "Trajectories"; truth.compute_detailed(estimate=True)).
+    ESTIMATED_FLAG,
 }
 
 

@@ -34,7 +34,8 @@ MEANING = {
     "nan": "NaN weights and NaN outputs in that row",
     "uniform": "weights 1/n_k and the mean of the value rows (multi-head: that, through w_o and b_o)",
 }
-# Who follows each convention (the README's table says the same).
+# Who follows each convention (the tables of docs/fixtures.md, "Conventions", and ports/CONTRACT.md say
+# the same).
 USED_BY = {
     "zeros": "the reference; PyTorch's F.scaled_dot_product_attention (torch >= 2.5)",
     "nan": "NNlib.jl; torch < 2.5's scaled_dot_product_attention; torch's nn.MultiheadAttention",

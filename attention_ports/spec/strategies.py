@@ -13,7 +13,8 @@ aim at what breaks ports, not at uniform coverage:
   scaled logits pass exp's overflow at 709, opposite offsets on queries and keys that push a whole row of logits
   below exp's underflow at -745, few distinct values (ties), identical keys;
 - for the classifier, the regimes of its output softmax (large feed-forward weights), frozen
-  parameters, empty sentences in a training set.
+  parameters, empty sentences in a training set; trajectories with a saturated output softmax
+  and with large learning rates, on purpose (``TRAIN_REGIMES``).
 
 Every value is a double drawn by hypothesis and scaled by a power of two (exact), so shrinking
 gives small, readable cases: zeros, small integers, the fewest rows. Magnitudes stop where float64
@@ -239,9 +240,10 @@ def multi_head_cases(draw: st.DrawFn) -> Drawn:
     return Drawn("multi_head_attention", inputs, {"num_heads": heads})
 
 
-def _params(draw: st.DrawFn, e: int) -> dict[str, np.ndarray]:
+def _params(draw: st.DrawFn, e: int, big_f: bool | None = None) -> dict[str, np.ndarray]:
     d = e + 1  # the classifier appends each token's position as one more feature
-    big_f = draw(st.integers(0, 2)) == 0  # feed-forward weights that push the pooled logits past exp's range
+    if big_f is None:  # feed-forward weights that push the pooled logits past exp's range
+        big_f = draw(st.integers(0, 2)) == 0
     shapes = {"w_q": (d, d), "b_q": (d,), "w_k": (d, d), "b_k": (d,), "w_v": (d, d), "b_v": (d,)}
     shapes.update({"w_f": (d, CLASSES), "b_f": (CLASSES,)})
     # 2^9..2^11 on w_f and b_f: pooled logits past 709 (or below -745) in a good share of the draws
@@ -273,8 +275,16 @@ def classifier_step_cases(draw: st.DrawFn) -> Drawn:
     return Drawn("classifier_step", inputs, {"lr": _lr(draw), "frozen": _frozen(draw)})
 
 
+# The trajectories a step's bound alone misjudges, drawn on purpose: a saturated output softmax
+# (p - 1 computed to an absolute u, far above its exact size, then carried into the next steps)
+# and learning rates large enough for the dynamics to amplify an earlier step's error.
+TRAIN_REGIMES = ("ordinary", "saturated", "large_lr")
+LARGE_LR = (1.0, 2.0)
+
+
 @st.composite
 def classifier_train_cases(draw: st.DrawFn) -> Drawn:
+    regime = draw(st.sampled_from(TRAIN_REGIMES))
     e = draw(st.integers(1, 4))
     lengths = draw(st.lists(st.integers(0, 3), min_size=1, max_size=3).filter(lambda ls: sum(ls) > 0))
     inputs = {
@@ -284,8 +294,9 @@ def classifier_train_cases(draw: st.DrawFn) -> Drawn:
             draw(st.lists(st.integers(0, CLASSES - 1), min_size=len(lengths), max_size=len(lengths))), dtype=np.int64
         ),
     }
-    inputs.update(_params(draw, e))
-    options = {"lr": _lr(draw), "epochs": draw(st.integers(1, 2)), "frozen": _frozen(draw)}
+    inputs.update(_params(draw, e, big_f=True if regime == "saturated" else None))
+    lr = draw(st.sampled_from(LARGE_LR)) if regime == "large_lr" else _lr(draw)
+    options = {"lr": lr, "epochs": draw(st.integers(1, 2)), "frozen": _frozen(draw)}
     return Drawn("classifier_train", inputs, options)
 
 

@@ -19,8 +19,8 @@ import os
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import numpy as np
 
 from attention_ports.core.io import atomic_write
 from attention_ports.fixtures.store import CATALOGUE, Case, Expected, generate
-from attention_ports.judge.results import FAILING, OutputResult
+from attention_ports.judge.results import FAILING, CaseResult, OutputResult
 from attention_ports.judge.runner import in_ci, judge
 from attention_ports.runtimes.impl import Implementation
 from attention_ports.spec import conventions
@@ -47,10 +47,11 @@ class Profile:
     seed: int
 
 
-# CI's 90 cases (15 per operation) cost ~13 s over the four implementations on a quiet 2-core
-# machine, Julia's compiles most of it (README, "Generated cases"); locally twice as many.
-CI_PROFILE = Profile(examples=90, seed=20261123)
-LOCAL_EXAMPLES = 180
+# CI's 105 cases (15 per operation) cost ~13 s over the four implementations on a quiet 2-core
+# machine, Julia's compiles most of it (docs/generated-cases-and-mutation.md, "In CI"); the 15 trajectories (at most
+# 6 steps each) add little. Locally twice as many.
+CI_PROFILE = Profile(examples=105, seed=20261123)
+LOCAL_EXAMPLES = 210
 
 
 def local_profile() -> Profile:
@@ -147,6 +148,9 @@ class RandomRun:
     features: dict[str, Counter[str]] = field(default_factory=dict)  # op -> coverage feature -> cases
     failures: list[Failure] = field(default_factory=list)  # at most one per operation, each shrunk
     seconds: float = 0.0
+    # Every judged case in the one result model (the reports'): the search's cases in the order
+    # drawn, a failing one replaced by the minimal case hypothesis shrank it to.
+    results: list[CaseResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -212,18 +216,12 @@ def random_command(impl: str, examples: int, seed: int, port: Path | None, opera
     return " ".join(parts)
 
 
-# Drawn only when asked for (--op): hypothesis finds trajectories whose error grows past the bounds
-# the truth engine derives for them (README, "Generated cases"), a limit of those bounds, not of
-# the ports; every other operation is drawn by default.
-NOT_BY_DEFAULT = {"classifier_train": "its trajectory bounds do not yet cover every drawn trajectory"}
-
-
 def offered_operations(impl: Implementation, operations: list[str] | None) -> list[str]:
-    """The operations to draw: those asked for (default: all but NOT_BY_DEFAULT), narrowed to what a
-    port declares it offers."""
+    """The operations to draw: those asked for (default: all), narrowed to what a port declares it
+    offers."""
     from attention_ports.spec.strategies import STRATEGIES
 
-    chosen = list(operations or (op for op in STRATEGIES if op not in NOT_BY_DEFAULT))
+    chosen = list(operations or STRATEGIES)
     declared = getattr(impl, "declaration", None)
     if declared is not None and declared.operations is not None:
         chosen = [op for op in chosen if op in declared.operations]
@@ -245,16 +243,20 @@ def run_random(
     operations: list[str] | None = None,
     port: Path | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    only: Collection[str] | None = None,
 ) -> RandomRun:
     """``examples`` generated cases on ``impl``, shared evenly over the operations; each operation is
     its own hypothesis search from ``seed``, so a failure in one is shrunk to its minimal case and the
-    others still run."""
+    others still run. ``only``: run just these operations' searches (a shard), each with the quota
+    it has in the whole run, so that the shards together draw exactly the whole run's cases."""
     ops = offered_operations(impl, operations)
     run = RandomRun(impl_name, seed, examples, ops, random_command(impl_name, examples, seed, port, operations))
+    if only is not None:
+        run.requested = sum(q for op, q in quotas(examples, ops).items() if op in only) if ops else 0
     start = time.perf_counter()
     with np.errstate(all="ignore"):  # the coverage tally recomputes huge logits in float64
         for op, quota in quotas(examples, ops).items() if ops else ():
-            if quota:
+            if quota and (only is None or op in only):
                 _search(run, op, quota, impl, progress)
     run.seconds = time.perf_counter() - start
     return run
@@ -294,10 +296,13 @@ def _search(
                 run.uncertified += 1
                 run.first_uncertified = run.first_uncertified or f"{exc}: {drawn.describe()}"
             reject()  # drawn again: it counts neither as an example nor as a failure
+        start = time.perf_counter()
         results = judge(run.impl, case, impl)
         statuses = {r.status for r in results}
-        last.update(drawn=drawn, case=case, results=results)
+        last.update(drawn=drawn, case=case, results=results, seconds=time.perf_counter() - start)
         if not seen_failure:  # tally the search, not the shrinking that follows a failure
+            if not statuses & FAILING:  # a failing one is replaced by its minimal case below
+                run.results.append(_case_result(run, case, results, last["seconds"]))
             run.examples += 1
             run.by_op[drawn.op] += 1
             run.missing += statuses == {"missing"}
@@ -313,7 +318,21 @@ def _search(
         check()
     except _Disagrees:
         # Hypothesis replays the minimal failing example last, so ``last`` holds it.
-        run.failures.append(Failure(last["drawn"], last["case"], last["results"]))
+        failure = Failure(last["drawn"], last["case"], last["results"])
+        run.failures.append(failure)
+        # the inputs themselves under each failing output: a shrunk case is small, and all one needs
+        shown = [
+            replace(o, message=f"{o.message}\n{failure.inputs_text()}") if o.status in FAILING else o
+            for o in failure.results
+        ]
+        run.results.append(_case_result(run, failure.case, shown, last["seconds"]))
+
+
+def _case_result(run: RandomRun, case: Case, results: list[OutputResult], seconds: float) -> CaseResult:
+    """A judged generated case in the reports' result model; its repro is the run's command (the
+    seed draws it again, and shrinks a failure to the same minimal case)."""
+    extra = {"seed": run.seed, "drawn": case.reason.removeprefix("generated by hypothesis: ")}
+    return CaseResult(run.impl, case.id, case.op, list(results), seconds, repro=run.command, extra=extra)
 
 
 def reach(op: str, examples: int, seed: int) -> Counter[str]:

@@ -46,7 +46,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -400,6 +399,11 @@ class Verdict:
     rows_over_bound: float | None = None  # worst |actual - exact| / bound on the sampled rows
     full_over_bound: float | None = None  # worst |X - Y| / (2 B) against any other implementation
     messages: list[str] = field(default_factory=list)
+    # The two checks apart (None: the call did not run): the sampled rows against the exact truth,
+    # and every row against the other implementations within 2B (its message, when it fails).
+    rows_ok: bool | None = None
+    pairs_ok: bool | None = None
+    pairs_message: str = ""
 
 
 def judge_rows(
@@ -481,13 +485,17 @@ def verdicts_for_case(
         against = [pairs[(run.impl, o.impl)] for o in others]
         disagree = [o.impl for o, p in zip(others, against, strict=True) if not p[0]]
         full_worst = max((p[1] for p in against), default=None)
+        rows_ok, pairs_message = ok, ""
         # Wrong when it disagrees with most of the others (with one other, a disagreement fails both).
         if disagree and (len(disagree) * 2 > len(others) or len(others) == 1):
             ok = False
             first = next(p[2] for o, p in zip(others, against, strict=True) if not p[0])
             who = ", ".join(disagree)
-            msgs.append(f"case {case.id!r}: disagrees with {who} on every-row outputs beyond 2B; {first}")
-        result.append(Verdict(run.impl, case.id, "pass" if ok else "fail", worst_rows, full_worst, msgs))
+            pairs_message = f"case {case.id!r}: disagrees with {who} on every-row outputs beyond 2B; {first}"
+            msgs.append(pairs_message)
+        verdict = Verdict(run.impl, case.id, "pass" if ok else "fail", worst_rows, full_worst, msgs)
+        verdict.rows_ok, verdict.pairs_ok, verdict.pairs_message = rows_ok, not pairs_message, pairs_message
+        result.append(verdict)
     return result
 
 
@@ -670,42 +678,3 @@ def render(report: Report) -> str:
         f"wall {report.wall_seconds:.1f} s",
     ]
     return "\n".join(lines)
-
-
-def main(args: Any) -> int:
-    """``verify --tier scale``: 0 every implementation agrees on every case, 1 otherwise."""
-    from attention_ports.judge.runner import in_ci
-    from attention_ports.runtimes import registry
-
-    ports = dict(args.port)
-    if args.impl:
-        impls = list(args.impl)
-    else:
-        impls = list(ports) if ports else list(registry.IMPLEMENTATIONS)
-    for name in ports:
-        if name not in impls:
-            impls.append(name)
-    required = set(registry.IMPLEMENTATIONS) if in_ci() else set(args.impl or []) | set(ports)
-
-    def say(msg: str) -> None:
-        print(f"scale: {msg}", file=sys.stderr, flush=True)
-
-    report = run_tier(
-        impls,
-        ports,
-        args.case,
-        use_cache=not getattr(args, "no_cache", False),
-        say=say,
-        required=required,
-    )
-    print(render(report))
-    failing = [v for v in report.verdicts if v.status not in ("pass", "unavailable")]
-    for v in failing:
-        for m in v.messages:
-            print(f"\n[{v.impl}] {m}")
-    if args.json:
-        from attention_ports.core.io import atomic_write
-
-        atomic_write(args.json, (json.dumps(report.as_json(), indent=1) + "\n").encode())
-    print(f"\n{len(report.verdicts) - len(failing)} of {len(report.verdicts)} (implementation, case) pairs agree")
-    return 1 if failing else 0

@@ -117,8 +117,11 @@ NOTES: dict[str, str] = {
     "scaled_dot_product_attention": "weights = softmax over the keys of (scale * q.k + mask); output = weights . v",
     "self_attention": "q, k, v = x projected by w_q, w_k, w_v (+ biases); then scaled dot-product attention.",
     "multi_head_attention": (
-        "Packed heads, as torch's nn.MultiheadAttention: head i (1-based) uses projected features\n"
-        "((i-1)*d_head+1):(i*d_head), scale 1/sqrt(d_head), the same mask; head outputs are\n"
+        "Packed heads, as torch's nn.MultiheadAttention computes them, but every weight in this\n"
+        "contract's layout and applied like every other weight (below), not in torch's storage: R's\n"
+        "w_q, w_k, w_v, w_o are torch's in_proj / out_proj blocks transposed, Julia's are torch's\n"
+        "blocks as they are. Head i (1-based) uses projected features ((i-1)*d_head+1):(i*d_head)\n"
+        "(columns in R, rows in Julia), scale 1/sqrt(d_head), the same mask; head outputs are\n"
         "concatenated in head order, then projected by w_o (+ b_o)."
     ),
     "classifier_forward": (

@@ -144,13 +144,30 @@ operation, plus the propagation of its operands' errors):
   autograd, the R and Julia ports) differ in the order of the same products; the rules do not
   depend on the order.
 * **SGD** ``p - lr g``: ``lr e_g + gamma(2) (|p| + lr (|g| + e_g))`` (two roundings, or one with FMA).
-* **Trajectories** (many SGD steps): the bound on the final parameters is the *sum over steps* of
-  each step's own rounding bound (the rule above with exact parameters at that step), and an
-  epoch loss's is the mean of its steps' loss bounds plus ``|g| . D_t`` (first-order effect of
-  the error ``D_t`` accumulated in the parameters by then) plus the mean's own rounding. This is
-  the one part that is **not rigorous**: it assumes the training dynamics do not amplify an
-  earlier step's error (they contract at these learning rates). Evidence: measured, every
-  implementation's final error stays well below this sum (README, "Tolerances").
+* **Trajectories** (many SGD steps): the error is *carried*. Step t runs the step's graph with
+  the parameters entering as operands that carry the bound ``D_t`` accumulated so far (``D_0 = 0``:
+  the inputs are exact), so every rule above propagates ``D_t`` through the forward, the softmax
+  weights (as logit errors), the loss, ``probs - onehot``, the backward and the update, and adds
+  that step's own roundings; the SGD rule with an inexact p is
+  ``D_{t+1} = D_t + lr e_g + gamma(2) (|p| + D_t + lr (|g| + e_g))``, and the epoch losses are
+  means of the steps' loss bounds plus the mean's rounding. Two points make it hold where a value
+  is computed only to an absolute accuracy: every rounding is charged at the size of its
+  operands (a softmax weight at |p|, so ``p_y - 1`` at a saturated softmax carries ~10u absolute,
+  whatever its own size, ~1e-222 at logits of 512); and the backward, linear in
+  ``delta = probs - onehot``, errs at the computed ``delta + d`` by at most its error at
+  ``delta`` plus ``sum_c |d_c| (|G_c| + e_Gc)``, ``G_c`` the backward of the unit vector c run
+  with the carried errors (every rule is linear in its operands' magnitudes). A softmax row with
+  one live key (every other below e^-745 even perturbed) has the weight 1 within UNDERFLOW
+  whatever its logit errors: no first-order guard applies there. The carried bound is first order
+  in the errors like every rule, and takes absolute values at every node: it cannot see the
+  contraction that the signs of ``I - lr H`` give, so on long trajectories it grows geometrically
+  (the sentiment trajectories: past 2^-20 in a logit after ~190 of 1,140 steps at lr = 0.02 and
+  ~330 of 760 at 0.05). Such a trajectory is not certified (``BoundError``), unless its catalogue
+  case is flagged ``estimated_bound``: then its bound is an **estimate**, the sum over steps of
+  each step's own bound from exact parameters, times ``max(1, A)``, A the amplification the exact
+  dynamics give a perturbation of the initial parameters (``exact.trajectory_amplification``:
+  38 and 120 on those two). That is the one bound that is not derived: it takes one direction's
+  amplification for every step's.
 
 Stored bound per element::
 
@@ -289,12 +306,19 @@ def softmax_row(
     ]
     eps = softmax_eps(n) + C_LSE * U * lse_abs
     mean = sum((a[j] * eta[j] for j in range(len(a)) if kept[j]), arb(0))  # <A, eta>
-    # Keys whose weight is below e^-745 even with the logit perturbed: a correct implementation
-    # returns 0 or a subnormal there, inside the UNDERFLOW allowance; they do not bound eta.
-    live = [j for j in range(len(a)) if kept[j] and not (t_abs[j] - eta[j] > NEGLIGIBLE_LOGIT)]
-    big = max((eta[j].upper() for j in live), default=arb(0))
+    # Keys whose weight is below e^-745 even with the logits perturbed (theirs, and the row
+    # maximum's by up to `top`): a correct implementation returns 0 or a subnormal there, inside
+    # the UNDERFLOW allowance; they do not bound eta. With one live key left its weight is 1 within
+    # that allowance whatever the logit errors (a saturated softmax carrying a trajectory's
+    # parameter errors, bounds.py "Trajectories"): there is no expansion to guard.
+    top = max((eta[j].upper() for j in range(len(a)) if kept[j]), default=arb(0))
+    live = [j for j in range(len(a)) if kept[j] and not (t_abs[j] - eta[j] - top > NEGLIGIBLE_LOGIT)]
+    big = max((eta[j].upper() for j in live), default=arb(0)) if len(live) > 1 else arb(0)
     if not (big + eps < MAX_FIRST_ORDER):  # an arb comparison is True only when certain
-        raise BoundError(f"a softmax row's logit error bound {big.upper()} exceeds 2^-20")
+        raise BoundError(
+            f"a softmax row's first-order terms exceed 2^-20 (logit error bound {big.upper()}, "
+            f"unnormalised relative error {eps.upper()})"
+        )
     second = SECOND_ORDER * big * big
     norm, rho = [], []
     for j in range(len(a)):
@@ -514,10 +538,13 @@ def entry_sub(d_abs: arb_mat, e_x: arb_mat | None, e_y: arb_mat | None) -> arb_m
     return prop + U * (d_abs + prop)
 
 
-def sgd(p_abs: arb_mat, g_abs: arb_mat, e_g: arb_mat | None, lr: arb) -> arb_mat:
-    """Error of ``p - lr g`` for an exact p."""
-    err = gamma(2) * (p_abs + lr * _plus(g_abs, e_g))
-    return err if e_g is None else err + lr * e_g
+def sgd(p_abs: arb_mat, e_p: arb_mat | None, g_abs: arb_mat, e_g: arb_mat | None, lr: arb) -> arb_mat:
+    """Error of ``p - lr g``: the errors p and g carry in, and the update's two roundings (or one
+    with FMA) at the size of its operands."""
+    err = gamma(2) * (_plus(p_abs, e_p) + lr * _plus(g_abs, e_g))
+    if e_g is not None:
+        err = err + lr * e_g
+    return err if e_p is None else err + e_p
 
 
 def loss(rho_y: arb, loss_abs: arb, t_y_abs: arb) -> arb:

@@ -153,9 +153,14 @@ def compute_detailed(
     label: str = "",
     memo: bool = True,
     outputs: Collection[str] | None = None,
+    estimate: bool = False,
 ) -> Truth:
-    """``compute`` with the working precision; ``memo=False`` neither reads nor fills the memo."""
-    key = cache_key(op, inputs, options, masked_query, rows, outputs)
+    """``compute`` with the working precision; ``memo=False`` neither reads nor fills the memo.
+
+    ``estimate``: a trajectory whose carried bound leaves the first-order regime gets the
+    estimated bound (a catalogue case flagged ``estimated_bound``) instead of ``bounds.BoundError``.
+    """
+    key = cache_key(op, inputs, options, masked_query, rows, outputs, estimate)
     hit = _MEMO.get(key) if memo else None
     if hit is not None:
         return hit
@@ -164,7 +169,7 @@ def compute_detailed(
         if op == "classifier_train":
             if masked_query != "zeros" or rows is not None or outputs is not None:
                 raise InputError("classifier_train takes neither masked_query, rows nor outputs")
-            result = _trajectory(inputs, options, where)
+            result = _trajectory(inputs, options, where, estimate)
         else:
             result = _single(op, inputs, options, masked_query, rows, where, outputs)
     except InputError as exc:
@@ -198,7 +203,7 @@ def _single(op, inputs, options, masked_query, rows, where: str, outputs=None) -
     return Truth(result, prec)
 
 
-def _trajectory(inputs, options, where: str) -> Truth:
+def _trajectory(inputs, options, where: str, estimate: bool) -> Truth:
     # The precision tapers from base + 1.5 x steps at the first step to base at the last
     # (quadratically: exact.trajectory_values). A trajectory's exact zeros (b_k, by an identity; frozen
     # parameters, copied) stay exact balls, so no step pays the ~1,100 bits a zero ball needs to
@@ -216,7 +221,11 @@ def _trajectory(inputs, options, where: str) -> Truth:
         if base >= MAX_PREC:
             raise TruthError(f"{where}: the trajectory does not certify at {base} bits")
         base = min(_next_prec(base, missing), MAX_PREC)
-    loss_err, param_err = exact.trajectory_bounds(traj, options)
+
+    def amplification() -> arb:
+        return exact.trajectory_amplification(inputs, options, traj, base, TRAJECTORY_BITS_PER_STEP)
+
+    loss_err, param_err = exact.trajectory_bounds(traj, options, amplification if estimate else None)
     errs = {"epoch_losses": loss_err, **{f"params.{n}": m for n, m in param_err.items()}}
     outputs = {name: (arr, _bound_array(errs[name], arr, outs[name].shape)) for name, (arr, _) in rounded.items()}
     # The working precision recorded is the first step's, the highest.
@@ -236,12 +245,16 @@ def _trajectory_outs(traj: exact.Trajectory) -> dict[str, Out]:
 _MEMO: dict[str, Truth] = {}
 
 
-def cache_key(op, inputs: Mapping[str, np.ndarray], options, masked_query: str, rows, outputs=None) -> str:
+def cache_key(
+    op, inputs: Mapping[str, np.ndarray], options, masked_query: str, rows, outputs=None, estimate=False
+) -> str:
     """Content address of one call: the operation, options and every input's dtype, shape, bytes."""
     h = hashlib.sha256()
     head = {"op": op, "options": options, "masked_query": masked_query, "rows": None if rows is None else list(rows)}
     if outputs is not None:
         head["outputs"] = sorted(outputs)
+    if estimate:
+        head["estimate"] = True
     h.update(json.dumps(head, sort_keys=True, default=str).encode())
     for name in sorted(inputs):
         arr = np.ascontiguousarray(inputs[name])
@@ -253,9 +266,9 @@ def cache_key(op, inputs: Mapping[str, np.ndarray], options, masked_query: str, 
 Job = tuple[str, str, dict[str, np.ndarray], dict[str, Any]]  # (label, op, inputs, options)
 
 
-def _run_job(job: Job, memo: bool = True) -> Truth:
+def _run_job(job: Job, memo: bool = True, estimate: bool = False) -> Truth:
     label, op, inputs, options = job
-    return compute_detailed(op, inputs, options, label=label, memo=memo)
+    return compute_detailed(op, inputs, options, label=label, memo=memo, estimate=estimate)
 
 
 def _cost(job: Job) -> float:
@@ -278,17 +291,19 @@ def compute_many(
     workers: int | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     memo: bool = True,
+    estimated: Collection[str] = (),
 ) -> list[Truth]:
     """Every job's truth, in job order; the memo first, then ``workers`` processes for the rest.
 
     Results do not depend on the worker count or the order of completion. The memo is this
     process's only (nothing is cached on disk): ``memo=False`` computes everything afresh.
+    ``estimated``: the labels of the jobs that ``compute_detailed(estimate=True)``.
     """
     workers = default_workers() if workers is None else workers
     results: list[Truth | None] = [None] * len(jobs)
     todo = []
     for i, (_, op, inputs, options) in enumerate(jobs):
-        hit = _MEMO.get(cache_key(op, inputs, options, "zeros", None)) if memo else None
+        hit = _MEMO.get(cache_key(op, inputs, options, "zeros", None, None, jobs[i][0] in estimated)) if memo else None
         if hit is not None:
             results[i] = hit
         else:
@@ -299,7 +314,7 @@ def compute_many(
     order = sorted(todo, key=lambda i: -_cost(jobs[i]))
     if workers <= 1 or len(order) <= 1:
         for i in order:
-            results[i] = _run_job(jobs[i], memo)
+            results[i] = _run_job(jobs[i], memo, jobs[i][0] in estimated)
             done += 1
             if progress:
                 progress(done, len(jobs), jobs[i][0])
@@ -307,7 +322,7 @@ def compute_many(
         # spawn, not fork: the parent may hold R, Julia workers or torch threads.
         pool = ProcessPoolExecutor(max_workers=min(workers, len(order)), mp_context=get_context("spawn"))
         try:
-            futures = {pool.submit(_run_job, jobs[i], memo): i for i in order}
+            futures = {pool.submit(_run_job, jobs[i], memo, jobs[i][0] in estimated): i for i in order}
             from concurrent.futures import as_completed
 
             for fut in as_completed(futures):
@@ -324,10 +339,10 @@ def compute_many(
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown()
-    for (_, op, inputs, options), res in zip(jobs, results, strict=True):
+    for (label, op, inputs, options), res in zip(jobs, results, strict=True):
         assert res is not None
         if memo:
-            _MEMO[cache_key(op, inputs, options, "zeros", None)] = res
+            _MEMO[cache_key(op, inputs, options, "zeros", None, None, label in estimated)] = res
     return [r for r in results if r is not None]
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -608,21 +608,27 @@ def classifier_step_graph(
     # cancellations and overstate their bounds ~100x (measured on clf_step_longest_n42).
     grads = backward(g, fw, T(d_pooled.v), p)
     if g.track:
-        plain = Graph(track=False)
+        # The backward's own error at the computed d_pooled + delta is at most its error at
+        # d_pooled plus sum_c |delta_c| times its error at the unit vector c (every rule is linear
+        # in its operands' magnitudes): the unit backwards are tracked too. That term matters when
+        # delta dwarfs d_pooled (a saturated softmax: p - 1 ~ 1e-222, computed to ~u) and the
+        # parameters carry errors in from earlier steps (bounds.py, "Trajectories").
         e_dp = d_pooled.e.entries()
+        sub = g if any(p[n].e is not None for n in p) else Graph(track=False)
         for j in range(c):
             unit = am.build(1, c, [arb(1) if i == j else am.ZERO for i in range(c)])
-            for name, gc in backward(plain, fw, T(unit), p).items():
-                grads[name].e = grads[name].e + am.eabs(gc.v) * e_dp[j]
+            for name, gc in backward(sub, fw, T(unit), p).items():
+                mag = am.eabs(gc.v) if gc.e is None or sub is not g else am.eabs(gc.v) + gc.e
+                grads[name].e = grads[name].e + mag * e_dp[j]
     lr_arb = arb(lr)
     new: dict[str, T] = {}
     for name in CLASSIFIER_PARAMS:
         if name in frozen:
-            new[name] = T(p[name].v)
+            new[name] = T(p[name].v, p[name].e)
             continue
         gr = grads[name]
         v = p[name].v - gr.v * lr_arb
-        new[name] = T(v, bounds.sgd(p[name].abs, gr.abs, gr.e, lr_arb) if g.track else None)
+        new[name] = T(v, bounds.sgd(p[name].abs, p[name].e, gr.abs, gr.e, lr_arb) if g.track else None)
     return Step(loss=loss, probs=fw.probs.a, grads=grads, params=new)
 
 
@@ -788,9 +794,111 @@ def trajectory_values(
     return Trajectory(losses, {n: t.v for n, t in p.items()}, steps, sentences, len(trained))
 
 
-def trajectory_bounds(traj: Trajectory, options: Mapping[str, Any]) -> tuple[arb_mat, dict[str, arb_mat]]:
-    """Error bounds of the epoch losses (1 x epochs) and final parameters: the sum over steps of
-    each step's own rounding bound (see ``bounds``: the one non-rigorous rule, by assumption)."""
+def _sign(*index: int) -> int:
+    """A fixed pseudo-random sign per parameter element (a pattern no direction of the dynamics
+    is likely to be orthogonal to, and the same on every machine)."""
+    h = 0
+    for i in index:
+        h = (h * 1_000_003 + i + 1) % 2_147_483_647
+    return 1 if (h * 48_271) % 2_147_483_647 % 2 else -1
+
+
+PROBE_BITS = 40  # the probe's perturbation: 2^-40 of each parameter matrix's largest entry
+
+
+def trajectory_amplification(
+    inputs: Mapping[str, np.ndarray], options: Mapping[str, Any], traj: Trajectory, prec: int, taper: float
+) -> arb:
+    """``max(1, A)``, A = max |final(p + delta) - final(p)| / max |delta| for the exact trajectory:
+    how much the exact dynamics amplify a perturbation of the initial parameters (delta: signs
+    ``_sign``, 2^-PROBE_BITS of each matrix's largest entry, or of 1, rounded to float64; small
+    enough for the response to be linear, large enough to stand far above the balls' radii)."""
+    moved = dict(inputs)
+    delta = am.ZERO
+    for name in CLASSIFIER_PARAMS:
+        key = f"params.{name}"
+        arr = np.asarray(inputs[key], dtype=np.float64)
+        flat = [float(x) for x in arr.reshape(-1).tolist()]
+        step = math.ldexp(max([abs(x) for x in flat] + [1.0]), -PROBE_BITS)
+        out = [x + _sign(CLASSIFIER_PARAMS.index(name), i) * step for i, x in enumerate(flat)]
+        for x, y in zip(flat, out, strict=True):
+            delta = delta.max((arb(y) - arb(x)).abs_upper())  # exact: y - x is a double (Sterbenz)
+        moved[key] = np.array(out, dtype=np.float64).reshape(arr.shape)
+    other = trajectory_values(moved, options, prec, taper)
+    old = ctx.prec
+    ctx.prec = BOUND_PREC
+    try:
+        worst = am.ZERO
+        for name in CLASSIFIER_PARAMS:
+            for x, y in zip(traj.params[name].entries(), other.params[name].entries(), strict=True):
+                worst = worst.max((x - y).abs_upper())
+        return (worst / delta).max(arb(1))
+    finally:
+        ctx.prec = old
+
+
+def trajectory_bounds(
+    traj: Trajectory, options: Mapping[str, Any], amplification: Callable[[], arb] | None = None
+) -> tuple[arb_mat, dict[str, arb_mat]]:
+    """Error bounds of the epoch losses (1 x epochs) and final parameters (bounds.py, "Trajectories").
+
+    The carried bound (``_carried_bounds``) where it stays first order. A trajectory whose
+    worst-case amplification compounds past that gets the summed bound times the amplification
+    the exact dynamics show (``amplification()``, see ``trajectory_amplification``); without
+    ``amplification`` it raises ``bounds.BoundError``.
+    """
+    try:
+        return _carried_bounds(traj, options)
+    except bounds.BoundError:
+        if amplification is None:
+            raise
+        return _summed_bounds(traj, options, amplification())
+
+
+def _epoch_bounds(traj: Trajectory, loss_err: list[arb], loss_abs: list[arb]) -> arb_mat:
+    """An epoch loss is the mean of its steps' losses: their bounds, plus the mean's own rounding."""
+    epoch_err = []
+    k = traj.counts
+    for ep in range(len(traj.epoch_losses)):
+        errs, mags = loss_err[ep * k : (ep + 1) * k], loss_abs[ep * k : (ep + 1) * k]
+        epoch_err.append((sum(errs, am.ZERO) + bounds.gamma(k) * sum(mags, am.ZERO)) / k)
+    return am.build(1, len(epoch_err), epoch_err) if epoch_err else arb_mat(1, 0)
+
+
+def _carried_bounds(traj: Trajectory, options: Mapping[str, Any]) -> tuple[arb_mat, dict[str, arb_mat]]:
+    """Each step runs the step's graph with its parameters carrying the error bound accumulated so
+    far (``T(params, acc)``): the forward, the loss, the backward and the update propagate that
+    input error as they propagate any operand's, and add the step's own roundings. The bound after
+    the step is the update's (``bounds.sgd``), which contains the bound before it: an error the
+    dynamics amplify is amplified in the bound too. Raises ``bounds.BoundError`` where a logit's
+    carried error leaves the first-order regime."""
+    lr, frozen = _lr(options), _frozen(options)
+    old = ctx.prec
+    ctx.prec = BOUND_PREC
+    try:
+        g = Graph(track=True)
+        acc: dict[str, arb_mat | None] = {n: None for n in traj.params}  # None: exact (the inputs)
+        loss_err: list[arb] = []
+        loss_abs: list[arb] = []
+        for i, params in traj.steps:
+            x_emb, label = traj.sentences[i]
+            step = classifier_step_graph(g, x_emb, label, {n: T(m, acc[n]) for n, m in params.items()}, lr, frozen)
+            loss_err.append(step.loss.e.entries()[0])
+            loss_abs.append(step.loss.abs.entries()[0])
+            acc = {n: step.params[n].e for n in CLASSIFIER_PARAMS}
+        final = {n: am.zeros(*am.shape(m)) if acc[n] is None else acc[n] for n, m in traj.params.items()}
+        return _epoch_bounds(traj, loss_err, loss_abs), final
+    finally:
+        ctx.prec = old
+
+
+def _summed_bounds(
+    traj: Trajectory, options: Mapping[str, Any], amplification: arb
+) -> tuple[arb_mat, dict[str, arb_mat]]:
+    """``amplification`` times the sum over steps of each step's own rounding bound, every step
+    from exact parameters; a step's loss bound adds ``|g| . D`` (the first-order effect of that
+    amplified sum ``D`` so far). Not rigorous: it takes the amplification the exact dynamics show
+    in one direction for the amplification of every step's error."""
     lr, frozen = _lr(options), _frozen(options)
     old = ctx.prec
     ctx.prec = BOUND_PREC
@@ -802,26 +910,22 @@ def trajectory_bounds(traj: Trajectory, options: Mapping[str, Any]) -> tuple[arb
         for i, params in traj.steps:
             x_emb, label = traj.sentences[i]
             step = classifier_step_graph(g, x_emb, label, {n: T(m) for n, m in params.items()}, lr, frozen)
-            # first-order effect of the parameters' accumulated error on this step's loss
-            carried = sum(
-                (
-                    a * b
-                    for n in CLASSIFIER_PARAMS
-                    for a, b in zip(step.grads[n].abs.entries(), acc[n].entries(), strict=True)
-                ),
-                am.ZERO,
+            carried = (
+                sum(
+                    (
+                        a * b
+                        for n in CLASSIFIER_PARAMS
+                        for a, b in zip(step.grads[n].abs.entries(), acc[n].entries(), strict=True)
+                    ),
+                    am.ZERO,
+                )
+                * amplification
             )
             loss_err.append(step.loss.e.entries()[0] + carried)
             loss_abs.append(step.loss.abs.entries()[0])
             for n in CLASSIFIER_PARAMS:
                 if n not in frozen:
                     acc[n] = acc[n] + step.params[n].e
-        epoch_err = []
-        k = traj.counts
-        for ep in range(len(traj.epoch_losses)):
-            errs, mags = loss_err[ep * k : (ep + 1) * k], loss_abs[ep * k : (ep + 1) * k]
-            epoch_err.append((sum(errs, am.ZERO) + bounds.gamma(k) * sum(mags, am.ZERO)) / k)
-        losses = am.build(1, len(epoch_err), epoch_err) if epoch_err else arb_mat(1, 0)
-        return losses, acc
+        return _epoch_bounds(traj, loss_err, loss_abs), {n: m * amplification for n, m in acc.items()}
     finally:
         ctx.prec = old

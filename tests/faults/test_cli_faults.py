@@ -22,6 +22,7 @@ from attention_ports.core.targets import TargetError, check_targets
 from attention_ports.fixtures.store import REPO_FIXTURES, generate
 from attention_ports.judge import runner
 from attention_ports.judge.runner import repro_command
+from attention_ports.pipeline import verify as pipeline
 from tests.faults.conftest import (
     SDPA,
     SDPA_2,
@@ -76,7 +77,7 @@ def test_a_relative_json_target_is_resolved_before_the_run(tmp_path: Path, monke
         os.chdir("/")
         return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(cli, "run_suite", moving_run)
+    monkeypatch.setattr(pipeline, "run_suite", moving_run)  # the one pipeline runs the catalogue
     assert cli.main(["verify", "--impl", "reference", "--case", SOFTMAX, "--json", "r.json"]) == 0
     assert json.loads((tmp_path / "r.json").read_text())["summary"]["ok"] is True
     capsys.readouterr()

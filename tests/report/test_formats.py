@@ -152,11 +152,11 @@ def test_a_headline_says_pass_only_when_every_case_ran_and_agreed(report: Report
 # ---------------------------------------------------------------- JSON
 
 
-def test_json_v3_keeps_v2_fields_and_adds_the_diagnosis_and_agreement(report: Report, tmp_path: Path) -> None:
+def test_json_v4_keeps_v2_fields_and_adds_the_diagnosis_and_agreement(report: Report, tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     json_report.write_json(report, path)
     doc = json.loads(path.read_text())
-    assert doc["version"] == 3
+    assert doc["version"] == 4
     v2 = {"impl", "case", "output", "status", "max_abs_err", "max_rel_err", "max_ulp_err", "err_over_bound", "message"}
     for row in doc["results"]:
         assert v2 <= set(row)

@@ -1,5 +1,9 @@
 """The reaper touches only what a worker left behind: never another child of the run, never its exit
-status, never a process outside the run's tree (attention_ports/runtimes/reaper.py)."""
+status, never a process outside the run's tree (attention_ports/runtimes/reaper.py).
+
+Each subreaper scenario runs in a forked child (:func:`in_a_child`): a subreaper adopts every orphan
+below it, so the pytest process itself must never become one (the orphans of other tests would stay
+its zombies; the library route never makes a process one, only the ``attention-ports`` command)."""
 
 from __future__ import annotations
 
@@ -8,12 +12,48 @@ import random
 import signal
 import subprocess
 import sys
+import traceback
+from collections.abc import Callable
 
 import pytest
 
 from attention_ports.runtimes import reaper
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the subreaper is Linux's")
+
+
+def in_a_child(test: Callable[[], None]) -> Callable[[], None]:
+    """Run the test in a forked child (its own subreaper flag and reaper state); its failure is ours."""
+
+    def run() -> None:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: no pytest machinery beyond this function
+            os.close(read)
+            code = 0
+            try:
+                test()
+            except BaseException:
+                os.write(write, traceback.format_exc().encode())
+                code = 1
+            os._exit(code)
+        os.close(write)
+        with os.fdopen(read, "rb") as f:
+            failure = f.read().decode()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, failure
+
+    run.__name__, run.__doc__ = test.__name__, test.__doc__
+    return run
+
+
+def test_the_library_route_never_makes_this_process_a_subreaper() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    flag = ctypes.c_int(-1)
+    assert libc.prctl(37, ctypes.byref(flag), 0, 0, 0) == 0  # PR_GET_CHILD_SUBREAPER
+    assert flag.value == 0
 
 
 def _alive(pid: int) -> bool:
@@ -28,6 +68,7 @@ def _sleep_argument() -> str:
     return f"986.{random.randrange(10**6, 10**7)}"
 
 
+@in_a_child
 def test_a_child_the_run_started_itself_is_neither_killed_nor_reaped() -> None:
     assert reaper.become_subreaper()
     child = subprocess.Popen(["sleep", _sleep_argument()])
@@ -43,6 +84,7 @@ def test_a_child_the_run_started_itself_is_neither_killed_nor_reaped() -> None:
         child.wait()
 
 
+@in_a_child
 def test_an_orphan_without_a_workers_token_is_left_alone() -> None:
     """A subreaper adopts every orphan below it; only those of a worker of this run are its to end."""
     assert reaper.become_subreaper()
@@ -57,6 +99,7 @@ def test_an_orphan_without_a_workers_token_is_left_alone() -> None:
             os.waitpid(orphan, 0)  # adopted: ours to reap
 
 
+@in_a_child
 def test_an_orphan_with_a_workers_token_is_killed_and_reaped() -> None:
     assert reaper.become_subreaper()
     mark, token = _sleep_argument(), reaper.new_token()
@@ -69,6 +112,7 @@ def test_an_orphan_with_a_workers_token_is_killed_and_reaped() -> None:
     assert not os.path.exists(f"/proc/{orphan}")  # killed and reaped: no zombie left
 
 
+@in_a_child
 def test_a_worker_token_of_another_run_is_not_this_runs() -> None:
     assert reaper.become_subreaper()
     mark = _sleep_argument()
@@ -104,3 +148,16 @@ def _find(mark: str) -> int | None:
                     continue
         time.sleep(0.01)
     return None
+
+
+def test_an_escaped_orphan_with_a_workers_token_is_killed_without_a_subreaper() -> None:
+    """The library route: the escapee is re-parented to init (or a subreaper above us), found by its
+    token in the whole process table, and killed; its new parent reaps it."""
+    mark, token = _sleep_argument(), reaper.new_token()
+    env = {**os.environ, reaper.TOKEN_ENV: token}
+    subprocess.run(["sh", "-c", f"setsid sleep {mark} >/dev/null 2>&1 &"], check=True, env=env)
+    orphan = _find(mark)
+    assert orphan is not None and _parent(orphan) != os.getpid()
+    assert reaper.sweep(reaper.new_token()) == []
+    assert reaper.sweep(token) == [orphan]
+    assert not _alive(orphan)

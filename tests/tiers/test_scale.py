@@ -296,3 +296,60 @@ def test_workers_get_the_scale_tier_call_limit_unless_the_user_set_one(monkeypat
         assert julia_worker.limits().timeout == 77
     assert r_adapter.limits().timeout == r_adapter.DEFAULT_LIMITS["timeout"]
     assert julia_worker.limits().timeout == 77
+
+
+def test_the_scale_tier_writes_every_report_format_and_its_shards_merge(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``verify --tier scale`` goes through the one pipeline: JSON format 4, JUnit, HTML, markdown;
+    two shards merged hold the whole run's results."""
+    import json
+    import xml.etree.ElementTree as ET
+
+    from attention_ports import cli
+    from attention_ports.pipeline import verify as pipeline
+
+    monkeypatch.setattr(scale, "CATALOGUE", small)
+    monkeypatch.setattr(scale, "ROWS", 6)
+    files = {ext: tmp_path / f"scale.{ext}" for ext in ("json", "xml", "html", "md")}
+    run = ["verify", "--tier", "scale", "--impl", "reference", "--impl", "torch"]
+    targets = ["--json", files["json"], "--junit", files["xml"], "--html", files["html"], "--markdown", files["md"]]
+    assert cli.main([*run, *map(str, targets)]) == 0
+    out = capsys.readouterr().out
+    assert "6 exact rows each" in out and "6 of 6 (implementation, case) pairs agree" in out
+    assert "PASS: all 6 implementation x case results agree with the truth" in out
+    doc = json.loads(files["json"].read_text())
+    assert doc["meta"]["tier"] == "scale" and doc["meta"]["scale"]["rows_per_case"] == 6
+    assert {r["output"] for r in doc["results"]} == {pipeline.SCALE_ROWS, pipeline.SCALE_PAIRS}
+    assert all(0 <= r["err_over_bound"] <= 1 for r in doc["results"])
+    assert all(c["extra"]["rows_err_over_bound"] <= 1 and c["extra"]["calls"] >= 1 for c in doc["cases"])
+    suite = ET.parse(files["xml"]).getroot()
+    assert suite.get("tests") == "6" and suite.get("failures") == "0"
+    assert "PASS: all 6" in files["html"].read_text() and "PASS" in files["md"].read_text()
+
+    for k in (1, 2):
+        assert cli.main([*run, "--shard", f"{k}/2", "--json", str(tmp_path / f"s{k}.json")]) == 0
+    merged = tmp_path / "merged.json"
+    assert cli.main(["merge-reports", str(tmp_path / "s1.json"), str(tmp_path / "s2.json"), "--json", str(merged)]) == 0
+    got = json.loads(merged.read_text())
+    for key in ("results", "summary", "agreement"):  # cases[].extra holds each run's own timings
+        assert got[key] == doc[key], key
+
+
+def test_a_scale_failure_is_a_failing_junit_testcase(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    from attention_ports import cli
+
+    monkeypatch.setattr(scale, "CATALOGUE", small)
+    monkeypatch.setattr(scale, "ROWS", 6)
+    monkeypatch.setattr(scale, "mem_available", lambda: 1000)
+    xml = tmp_path / "scale.xml"
+    assert (
+        cli.main(["verify", "--tier", "scale", "--impl", "reference", "--case", "small_self", "--junit", str(xml)]) == 1
+    )
+    assert "FAIL: 1 of 1 cases fail" in capsys.readouterr().out
+    (failure,) = ET.parse(xml).getroot().iter("failure")
+    assert "GiB available" in failure.get("message")

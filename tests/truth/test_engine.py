@@ -15,8 +15,10 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
+from flint import arb
 
 from attention_ports.spec.ops import CLASSIFIER_PARAMS
+from attention_ports.truth import bounds
 from attention_ports.truth import engine as truth
 from attention_ports.truth.bounds import BoundError
 from attention_ports.truth.exact import InputError
@@ -335,10 +337,33 @@ def test_bad_inputs_are_named_errors() -> None:
 
 def test_an_ill_conditioned_case_is_refused_rather_than_given_a_false_bound() -> None:
     # Scores of 2e12 that differ by O(1): every float64 implementation's weights are off by ~1e-4
-    # relative, beyond the first-order analysis (2^-20): no honest bound, so no fixture.
+    # relative, beyond the first-order analysis (2^-20): no honest bound, so no fixture. (With
+    # k[1] = 1e6 + 1 they differ by 1e6 instead: the first key's weight is below e^-745 however
+    # the scores err, and the second's is 1; test_a_row_with_one_live_key_... says why that case is
+    # refused too.)
+    q = np.array([[1e6, 1e6]])
+    k = np.array([[1e6, 1e6], [1e6, 1e6 + 2.0**-20]])
+    with pytest.raises(BoundError, match="exceed 2\\^-20"):
+        truth.compute("scaled_dot_product_attention", {"q": q, "k": k, "v": k}, {"scale": 1.0})
+
+
+def test_a_row_with_one_live_key_certifies_whatever_its_logit_errors() -> None:
+    # Logits 0 and -1e6 carrying errors of 1e-3 (a trajectory's carried parameter errors reach a
+    # saturated output softmax so): the second key's weight is below e^-745 however they err, so
+    # the first's is 1 within the underflow allowance, and there is no first-order expansion to
+    # guard (bounds.softmax_row), although 1e-3 is far past 2^-20.
+    a = [arb(1) / (1 + arb(-1e6).exp()), arb(-1e6).exp() / (1 + arb(-1e6).exp())]
+    t_abs, s_abs = [arb(0), arb(1e6)], [arb(0), arb(1e6)]
+    row = bounds.softmax_row(a, t_abs, [arb(1e-3), arb(1e-3)], [True, True], s_abs, arb(0))
+    assert row["err"][0].upper() < 1e-13
+    # with two live keys the same logit errors are past the first-order regime: refused
+    with pytest.raises(BoundError, match="first-order terms exceed 2\\^-20"):
+        bounds.softmax_row([arb(0.5), arb(0.5)], [arb(0), arb(0)], [arb(1e-3), arb(1e-3)], [True, True], t_abs, arb(0))
+    # Scores of 2e12 that differ by 1e6 are one live key too, but the log-domain normaliser lse
+    # rounds at u |lse| ~ 4e-4 there (C_LSE): not certified, and said so
     q = np.array([[1e6, 1e6]])
     k = np.array([[1e6, 1e6], [1e6, 1e6 + 1]])
-    with pytest.raises(BoundError, match="exceeds 2\\^-20"):
+    with pytest.raises(BoundError, match="logit error bound 0, unnormalised relative error"):
         truth.compute("scaled_dot_product_attention", {"q": q, "k": k, "v": k}, {"scale": 1.0})
 
 

@@ -5,9 +5,9 @@ port's own code but the Base specialisations it calls (matrix products on ``Matr
 broadcasting ``exp`` over them, ``maximum(...; dims)``, the protocol's reads and writes). A system
 image built once from ``--trace-compile`` output over the catalogue holds those already compiled,
 so a worker started with ``-J`` on it compiles little: the catalogue's Julia run drops from ~5 s
-to ~1-2 s cold (README, "Speed"). A user's port gains too: it calls the same Base methods on the
-same types. The image is built by ``scripts/build_julia_sysimage.py`` (a step of
-``make setup``); this module only finds it.
+to ~1-2 s cold (docs/performance.md, "A custom Julia system image"). A user's port gains too: it
+calls the same Base methods on the same types. The image is built by
+``scripts/build_julia_sysimage.py`` (a step of ``make setup``); this module only finds it.
 
 Two keys decide whether an image is still good:
 

@@ -82,8 +82,11 @@ function self_attention(x, w_q, w_k, w_v; b_q = nothing, b_k = nothing, b_v = no
 end
 
 # multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, num_heads; b_q = nothing, b_k = nothing, b_v = nothing, b_o = nothing, mask = nothing)
-# Packed heads, as torch's nn.MultiheadAttention: head i (1-based) uses projected features
-# ((i-1)*d_head+1):(i*d_head), scale 1/sqrt(d_head), the same mask; head outputs are
+# Packed heads, as torch's nn.MultiheadAttention computes them, but every weight in this
+# contract's layout and applied like every other weight (below), not in torch's storage: R's
+# w_q, w_k, w_v, w_o are torch's in_proj / out_proj blocks transposed, Julia's are torch's
+# blocks as they are. Head i (1-based) uses projected features ((i-1)*d_head+1):(i*d_head)
+# (columns in R, rows in Julia), scale 1/sqrt(d_head), the same mask; head outputs are
 # concatenated in head order, then projected by w_o (+ b_o).
 #   query      d_model x n_q; one token per column
 #   key        d_model x n_k; one token per column

@@ -83,8 +83,11 @@ self_attention <- function(x, w_q, w_k, w_v, b_q = NULL, b_k = NULL, b_v = NULL,
 }
 
 # multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, num_heads, b_q = NULL, b_k = NULL, b_v = NULL, b_o = NULL, mask = NULL)
-# Packed heads, as torch's nn.MultiheadAttention: head i (1-based) uses projected features
-# ((i-1)*d_head+1):(i*d_head), scale 1/sqrt(d_head), the same mask; head outputs are
+# Packed heads, as torch's nn.MultiheadAttention computes them, but every weight in this
+# contract's layout and applied like every other weight (below), not in torch's storage: R's
+# w_q, w_k, w_v, w_o are torch's in_proj / out_proj blocks transposed, Julia's are torch's
+# blocks as they are. Head i (1-based) uses projected features ((i-1)*d_head+1):(i*d_head)
+# (columns in R, rows in Julia), scale 1/sqrt(d_head), the same mask; head outputs are
 # concatenated in head order, then projected by w_o (+ b_o).
 #   query      n_q x d_model; one token per row
 #   key        n_k x d_model; one token per row
