@@ -369,6 +369,7 @@ def load_case(fixtures_dir: Path, entry: dict[str, Any]) -> Case:
                     for name, exp in outputs.items()
                 },
                 FixtureError,
+                _bound_limits(fixtures_dir),
             )
         return Case(
             id=entry["id"],
@@ -383,6 +384,13 @@ def load_case(fixtures_dir: Path, entry: dict[str, Any]) -> Case:
         )
     except KeyError as exc:
         raise FixtureError(f"manifest entry for case {entry.get('id', '?')!r} lacks field {exc}") from exc
+
+
+def _bound_limits(fixtures_dir: Path) -> tuple[int, int, int]:
+    """The bound sanity limits of the fixtures' precision: a precision tier's folder, or float64."""
+    from attention_ports import precision
+
+    return precision.of_fixtures(fixtures_dir).bound_limits
 
 
 def _load_expected(fixtures_dir: Path, metas: dict[str, Any]) -> dict[str, Expected]:
