@@ -131,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--case", action="append", default=[], help="case id or glob (repeatable; default: all)")
     v.add_argument("--port", action="append", type=parse_port, default=[], help="NAME=PATH: a user's R or Julia port")
     v.add_argument("--dir", type=Path, default=REPO_FIXTURES, help="fixture folder")
+    v.add_argument(
+        "--precision",
+        default=None,
+        help="judge in this arithmetic: float64 or float32 (the built-ins run in it; default: each port's declaration)",
+    )
     v.add_argument("--json", type=Path, default=None, help="write the machine-readable report here")
     v.add_argument("--junit", type=Path, default=None, help="write JUnit XML here (one testcase per impl x case)")
     v.add_argument("--markdown", type=Path, default=None, help="write a markdown summary here (a CI step summary)")
@@ -226,6 +231,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
             return 2
         args.out = REPO_FIXTURES
     rep = generate(args.out, args.catalogue, workers=args.jobs, progress=progress_bar("generate"))
+    if args.out.resolve() == REPO_FIXTURES.resolve() and args.catalogue is None:
+        from attention_ports import precision_cli
+
+        precision_cli.generate_tiers()
     for rel in rep.written:
         print(f"wrote   {args.out / rel}")
     for rel in rep.removed:
@@ -236,6 +245,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     problems = check(args.dir, workers=args.jobs, progress=progress_bar("check-fixtures"))
+    if args.dir.resolve() == REPO_FIXTURES.resolve():
+        from attention_ports import precision_cli
+
+        problems += precision_cli.check_tiers()
     for p in problems:
         print(f"DRIFT {p}")
     if problems:
@@ -291,17 +304,28 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if name not in impls:
             impls.append(name)
     required = set(DEFAULT_IMPLS) if in_ci() else set(args.impl or []) | set(ports)
+    from attention_ports import precision_cli
+
+    try:
+        groups = precision_cli.groups(args.precision, impls, ports, fixtures_dir, args.dir == REPO_FIXTURES)
+    except ValueError as exc:
+        print(f"attention-ports verify: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    results = []
     with graceful_stop() as state:
-        results = run_suite(
-            fixtures_dir,
-            impls,
-            ports,
-            args.case,
-            required=required,
-            progress=progress.VerifyProgress(),
-            parallel=not args.sequential,
-            stop=state["stop"],
-        )
+        for fixtures_dir, live in groups:  # one run per precision judged in (attention_ports/precision.py)
+            results += run_suite(
+                fixtures_dir,
+                list(live),
+                ports,
+                args.case,
+                required=required,
+                progress=progress.VerifyProgress(),
+                parallel=not args.sequential,
+                stop=state["stop"],
+                live={n: i for n, i in live.items() if i is not None},
+            )
+            precision_cli.close(live)
     signum = state["signum"]
     meta = verify_meta(impls, ports, fixtures_dir)
     report = Report(results, meta, strict=args.strict, interrupted=signum is not None, ci=in_ci())

@@ -144,6 +144,10 @@ def explain(
     )
     if _rounding_sized(ctx):
         return ""  # rounding within a correct formulation explains it: no mistake is named
+    from attention_ports import precision  # a lower precision explains it: no logic bug is named
+
+    if precision.float32_sized(ctx.expected, ctx.actual, ctx.bound):
+        return precision.diagnosis(ctx.language)
     for check in CHECKS:
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():

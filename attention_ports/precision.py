@@ -106,8 +106,12 @@ class Format:
 
 
 FORMATS: dict[str, Format] = {
-    "float64": Format("float64", np.float64, 53, 4, float(np.finfo(np.float64).max), -1022, -1074, -46, -1000, -20, -20, 745),
-    "float32": Format("float32", np.float32, 24, 4, float(np.finfo(np.float32).max), -126, -149, -17, -104, -8, -6, 104),
+    "float64": Format(
+        "float64", np.float64, 53, 4, float(np.finfo(np.float64).max), -1022, -1074, -46, -1000, -20, -20, 745
+    ),
+    "float32": Format(
+        "float32", np.float32, 24, 4, float(np.finfo(np.float32).max), -126, -149, -17, -104, -8, -6, 104
+    ),
 }
 
 
@@ -193,7 +197,8 @@ def not_applicable(spec: CaseSpec, original: Mapping[str, np.ndarray], fmt: Form
             continue
         finite = arr[np.isfinite(arr)]
         if finite.size and float(np.max(np.abs(finite))) > fmt.max_finite:
-            return f"input {name} holds {float(np.max(np.abs(finite))):.3g}, beyond {fmt.name}'s range ({fmt.max_finite:.3g})"
+            peak = float(np.max(np.abs(finite)))
+            return f"input {name} holds {peak:.3g}, beyond {fmt.name}'s range ({fmt.max_finite:.3g})"
     if spec.op == "scaled_dot_product_attention":
         # |scale| sum_l |q_il| |k_jl| bounds every score and every partial sum of one: past the
         # format's range a correct kernel overflows (a bound, not a value: the decision is the
@@ -298,7 +303,7 @@ def check(fmt: Format, out_dir: Path | None = None) -> list[str]:
         if not path.is_file():
             problems.append(f"{path}: a fresh generation has it, the fixtures do not")
         elif path.read_bytes() != data:
-            problems.append(f"{path}: differs from a fresh generation (run `attention-ports generate --precision {fmt.name}`)")
+            problems.append(f"{path}: differs from a fresh generation (run `attention-ports generate`)")
     for extra in sorted(set(fixtures._existing_case_files(out_dir)) - set(files)):
         problems.append(f"{out_dir / extra}: not listed in the manifest")
     return problems
@@ -310,3 +315,42 @@ def digest(files: Mapping[str, bytes]) -> str:
     for rel in sorted(files):
         h.update(json.dumps(rel).encode() + b"\0" + hashlib.sha256(files[rel]).digest())
     return h.hexdigest()
+
+
+# ---------------------------------------------------------------- the precision diagnosis
+
+
+def float32_sized(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> bool:
+    """A float64 judgement's difference is float32's rounding: same shape, same non-finite
+    pattern, and every finite element within the float64 bound scaled to float32's unit roundoff.
+
+    A float64 bound is ``2 B + 2^-46 |e| + 2^-1000`` with B linear in u to first order; times
+    2^29 = u32 / u64 it is float32's ``2 B + 2^-17 |e|`` (its RESOLUTION), the float32 bound at
+    these inputs up to the rounding of the inputs themselves, which the rules' relative input
+    perturbations (the products' gamma(k), the softmax's C_IN) take in. (diagnose.py calls this
+    only after float64's own rounding failed to explain the numbers.)
+    """
+    if expected.shape != actual.shape:
+        return False
+    fin = np.isfinite(expected)
+    if not (np.isfinite(actual) == fin).all() or not (np.isnan(actual) == np.isnan(expected)).all():
+        return False
+    ratio = FORMATS["float32"].u / FORMATS["float64"].u
+    diff = np.abs(actual[fin] - expected[fin])
+    if not fin.any() or not (diff <= ratio * bound[fin]).all():
+        return False
+    # ... and float32-sized somewhere: a worst error of at least u32 / 8 of the output's magnitude,
+    # which float64 rounding (u times any condition number of the catalogue) never reaches
+    return bool(diff.max() >= FORMATS["float32"].u / 8 * float(np.abs(expected[fin]).max()))
+
+
+def diagnosis(language: str) -> str:
+    """The line for a port whose float64 failures are float32's rounding."""
+    how = {
+        "Julia": 'declare it with const attention_ports = (precision = "float32",) (or run verify --precision float32)',
+        "R": "R computes in double only: something in the port converts to single precision (a float32 library call?)",
+    }.get(language, "run verify --precision float32")
+    return (
+        "every error is within float32's rounding (the bound at u = 2^-24): the port computes in float32, "
+        f"and is judged here at float64; {how}"
+    )

@@ -42,7 +42,9 @@ def _widened(result: Mapping[str, Any]) -> Arrays:
 
 def _tier_op(op: str, impl: str) -> None:
     if op not in precision.TIER_OPS:
-        raise OperationMissing(f"{op} is not in the float32 tier of {impl} (its operations: {', '.join(precision.TIER_OPS)})")
+        raise OperationMissing(
+            f"{op} is not in the float32 tier of {impl} (its operations: {', '.join(precision.TIER_OPS)})"
+        )
 
 
 class Float32Reference(ReferenceImplementation):
@@ -71,7 +73,9 @@ def torch_float32() -> Implementation:
         def _op_scaled_dot_product_attention(self, inputs, options):
             mask = inputs.get("mask")
             if mask is not None:
-                mask = torch.from_numpy(np.ascontiguousarray(mask if mask.dtype == np.bool_ else mask.astype(np.float32)))
+                mask = torch.from_numpy(
+                    np.ascontiguousarray(mask if mask.dtype == np.bool_ else mask.astype(np.float32))
+                )
             q, k, v = (torch_impl._t(inputs[n], np.float32) for n in "qkv")
             out, w = torch_impl._sdpa(q, k, v, mask, options.get("scale"))
             return {"output": out, "weights": w}
