@@ -122,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--case", action="append", default=[], help="case id or glob (repeatable; default: all)")
     v.add_argument("--port", action="append", type=parse_port, default=[], help="NAME=PATH: a user's R or Julia port")
     v.add_argument("--dir", type=Path, default=REPO_FIXTURES, help="fixture folder")
+    v.add_argument(
+        "--precision",
+        default=None,
+        help="judge in this arithmetic: float64 or float32 (the built-ins run in it; default: each port's declaration)",
+    )
     v.add_argument("--json", type=Path, default=None, help="write the machine-readable report here")
     v.add_argument("--junit", type=Path, default=None, help="write JUnit XML here (one testcase per impl x case)")
     v.add_argument("--markdown", type=Path, default=None, help="write a markdown summary here (a CI step summary)")
@@ -231,6 +236,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
             return 2
         args.out = REPO_FIXTURES
     rep = generate(args.out, args.catalogue, workers=args.jobs, progress=progress_bar("generate"))
+    if args.out.resolve() == REPO_FIXTURES.resolve() and args.catalogue is None:
+        from attention_ports.fixtures import precision  # every precision tier's fixtures too
+
+        for path in precision.generate_tiers():
+            print(f"wrote   {path}")
     for rel in rep.written:
         print(f"wrote   {args.out / rel}")
     for rel in rep.removed:
@@ -241,6 +251,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     problems = check(args.dir, workers=args.jobs, progress=progress_bar("check-fixtures"))
+    if args.dir.resolve() == REPO_FIXTURES.resolve():
+        from attention_ports.fixtures import precision  # every precision tier's fixtures too
+
+        problems += precision.check_tiers()
     for p in problems:
         print(f"DRIFT {p}")
     if problems:

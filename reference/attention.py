@@ -41,7 +41,7 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     ``torch.softmax``; attention handles fully masked rows itself (see
     ``scaled_dot_product_attention``).
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float32 if getattr(x, "dtype", None) == np.float32 else np.float64)
     if x.ndim == 0:
         raise ValueError("softmax: x must have at least one dimension, got a scalar")
     if np.isnan(x).any() or np.isposinf(x).any():
@@ -53,7 +53,7 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def _default_scale(d_k: int) -> float:
-    return 1.0 / np.sqrt(d_k)
+    return float(1.0 / np.sqrt(d_k))  # a Python float: it keeps a float32 product float32
 
 
 def scaled_dot_product_attention(

@@ -313,17 +313,25 @@ def check_npy(path: Path, data: bytes, shape: Sequence[int], dtype: str, error: 
         )
 
 
-def check_bounds(case_id: str, outputs: Mapping[str, tuple[np.ndarray, np.ndarray, Path]], error: Error) -> None:
+def check_bounds(
+    case_id: str,
+    outputs: Mapping[str, tuple[np.ndarray, np.ndarray, Path]],
+    error: Error,
+    limits: tuple[int, int, int] = (-20, -46, -1000),
+) -> None:
     """Every bound of one case within what the error analysis can produce (module docstring).
 
-    ``outputs``: name -> (expected, bound, bound file).
+    ``outputs``: name -> (expected, bound, bound file). ``limits``: the exponents of the largest
+    relative bound, the resolution and the underflow allowance of the fixtures' precision
+    (float64's by default; a precision tier's from attention_ports/spec/precision.py).
     """
+    max_relative, resolution, underflow = (2.0**e for e in limits)
     scale = 0.0
     for expected, _, _ in outputs.values():
         finite = np.abs(expected[np.isfinite(expected)])
         if finite.size:
             scale = max(scale, float(finite.max()))
-    ceiling = MAX_RELATIVE_BOUND * scale + UNDERFLOW
+    ceiling = max_relative * scale + underflow
     for name, (expected, bound, path) in outputs.items():
         label = f"{path}: the bound of case {case_id!r}, output {name!r},"
         if bound.dtype != np.float64 or bound.shape != expected.shape:
@@ -337,15 +345,15 @@ def check_bounds(case_id: str, outputs: Mapping[str, tuple[np.ndarray, np.ndarra
         if bound.size and float(bound.max()) > ceiling:
             i = tuple(int(j) for j in np.unravel_index(int(np.argmax(bound)), bound.shape))
             raise error(
-                f"{label} allows {bound[i]:.3e} at {list(i)}, more than 2^-20 of the case's largest |value| "
+                f"{label} allows {bound[i]:.3e} at {list(i)}, more than 2^{limits[0]} of the case's largest |value| "
                 f"({scale:.3e}): no error analysis gives that (attention_ports/core/validate.py)"
             )
         with np.errstate(invalid="ignore"):
-            floor = RESOLUTION * np.abs(expected)
+            floor = resolution * np.abs(expected)
             low = np.isfinite(expected) & (bound < floor)
         if low.any():
             i = tuple(int(j) for j in np.argwhere(low)[0])
             raise error(
-                f"{label} allows only {bound[i]:.3e} at {list(i)}, below 2^-46 of |expected| ({floor[i]:.3e}), "
+                f"{label} allows only {bound[i]:.3e} at {list(i)}, below 2^{limits[1]} of |expected| ({floor[i]:.3e}), "
                 "the resolution every stored bound includes (attention_ports/truth/bounds.py)"
             )

@@ -51,7 +51,7 @@ import numpy as np
 
 from attention_ports.fixtures.store import Case
 from attention_ports.judge.compare import agree
-from attention_ports.spec import ops
+from attention_ports.spec import ops, precision
 from attention_ports.spec.conventions import CONVENTIONS
 from attention_ports.spec.ops import Role
 from attention_ports.spec.portview import PortView, layout_rule
@@ -145,6 +145,8 @@ def explain(
     )
     if _rounding_sized(ctx):
         return ""  # rounding within a correct formulation explains it: no mistake is named
+    if _float32_sized(ctx.expected, ctx.actual, ctx.bound):
+        return _precision_diagnosis(ctx.language)  # a lower precision explains it: no logic bug is named
     for check in CHECKS:
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -190,6 +192,45 @@ def _rounding_sized(ctx: Context) -> bool:
     scale = float(np.abs(e[fin]).max()) if fin.any() else 0.0
     tolerance = np.maximum(ROUNDING_MULTIPLE * b[fin], ROUNDING_RELATIVE * scale)
     return bool((np.abs(a[fin] - e[fin]) <= tolerance).all())
+
+
+# ---------------------------------------------------------------- the precision diagnosis (issue 17)
+
+
+def _float32_sized(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> bool:
+    """A float64 judgement's difference is float32's rounding: same shape, same non-finite
+    pattern, and every finite element within the float64 bound scaled to float32's unit roundoff.
+
+    A float64 bound is ``2 B + 2^-46 |e| + 2^-1000`` with B linear in u to first order; times
+    2^29 = u32 / u64 it is float32's ``2 B + 2^-17 |e|`` (its RESOLUTION), the float32 bound at
+    these inputs up to the rounding of the inputs themselves, which the rules' relative input
+    perturbations (the products' gamma(k), the softmax's C_IN) take in. (:func:`explain` calls
+    this only after float64's own rounding failed to explain the numbers.)
+    """
+    if expected.shape != actual.shape:
+        return False
+    fin = np.isfinite(expected)
+    if not (np.isfinite(actual) == fin).all() or not (np.isnan(actual) == np.isnan(expected)).all():
+        return False
+    ratio = precision.FORMATS["float32"].u / precision.FORMATS["float64"].u
+    diff = np.abs(actual[fin] - expected[fin])
+    if not fin.any() or not (diff <= ratio * bound[fin]).all():
+        return False
+    # ... and float32-sized somewhere: a worst error of at least u32 / 8 of the output's magnitude,
+    # which float64 rounding (u times any condition number of the catalogue) never reaches
+    return bool(diff.max() >= precision.FORMATS["float32"].u / 8 * float(np.abs(expected[fin]).max()))
+
+
+def _precision_diagnosis(language: str) -> str:
+    """The line for a port whose float64 failures are float32's rounding."""
+    how = {
+        "Julia": 'declare it with const attention_ports = (precision = "float32",) (or run verify --precision float32)',
+        "R": "R computes in double only: something in the port converts to single precision (a float32 library call?)",
+    }.get(language, "run verify --precision float32")
+    return (
+        "every error is within float32's rounding (the bound at u = 2^-24): the port computes in float32, "
+        f"and is judged here at float64; {how}"
+    )
 
 
 def _separates(candidate: np.ndarray, actual: np.ndarray, expected: np.ndarray, bound: np.ndarray) -> bool:

@@ -42,8 +42,10 @@ from attention_ports.judge.results import CaseResult, OutputResult
 from attention_ports.judge.runner import in_ci, run_suite, select_entries
 from attention_ports.pipeline import shards
 from attention_ports.report import Report, accuracy_table, failure_details, summary_lines, table
+from attention_ports.runtimes import precision as in_precision
 from attention_ports.runtimes import registry
-from attention_ports.runtimes.impl import ImplementationUnavailable
+from attention_ports.runtimes.impl import Implementation, ImplementationUnavailable
+from attention_ports.spec import precision as formats
 from attention_ports.tools import doctor
 
 TIERS = ("catalogue", "random", "scale")
@@ -174,18 +176,32 @@ def catalogue_cost(entry: Mapping[str, Any]) -> float:
 
 
 class CatalogueSource(CaseSource):
-    """The committed fixture cases (``--dir``, ``--case``): the default run."""
+    """The committed fixture cases (``--dir``, ``--case``): the default run.
+
+    ``precision`` (``verify --precision``, attention_ports/spec/precision.py): every implementation
+    is judged on that precision's tier (the built-ins run in it; R, double only, as it is).
+    Without it each Julia ``--port`` is judged in the precision it declares and everything else
+    in float64: one run of the runner per precision judged in (:func:`precision_groups`)."""
 
     tier = "catalogue"
     graceful = True
 
-    def __init__(self, fixtures_dir: Path, case_globs: list[str], parallel: bool = True) -> None:
+    def __init__(
+        self, fixtures_dir: Path, case_globs: list[str], parallel: bool = True, precision: str | None = None
+    ) -> None:
+        self.default_dir = fixtures_dir == REPO_FIXTURES  # no --dir: each tier's own fixtures
+        self.precision = precision
+        if precision is not None and self.default_dir:
+            fixtures_dir = formats.fixtures_dir(precision)
         self.dir = fixtures_dir.resolve()  # as given, before anything can change the directory
         self.globs = case_globs
         self.parallel = parallel
 
     def fixtures_dir(self) -> Path:
         return self.dir
+
+    def meta(self) -> dict[str, Any]:
+        return {} if self.precision is None else {"precision": self.precision}
 
     def units(self) -> list[Unit]:
         return [Unit(str(e.get("id", "?")), catalogue_cost(e)) for e in select_entries(self.dir, self.globs)]
@@ -194,16 +210,25 @@ class CatalogueSource(CaseSource):
         globs = self.globs if only is None else exact_globs(only)
         if only == []:
             return []
-        return run_suite(
-            self.dir,
-            sel.impls,
-            sel.ports,
-            globs,
-            required=sel.required,
-            progress=progress.VerifyProgress(),
-            parallel=self.parallel,
-            stop=stop,
-        )
+        results: list[CaseResult] = []
+        for fixtures_dir, live in precision_groups(self.precision, sel, self.dir, self.default_dir):
+            try:
+                results += run_suite(
+                    fixtures_dir,
+                    list(live),
+                    sel.ports,
+                    globs,
+                    required=sel.required,
+                    progress=progress.VerifyProgress(),
+                    parallel=self.parallel,
+                    stop=stop,
+                    live={n: i for n, i in live.items() if i is not None},
+                )
+            finally:
+                for impl in live.values():
+                    if impl is not None:
+                        impl.close()
+        return results
 
     def terminal(self, report: Report, quiet: bool) -> None:
         super().terminal(report, quiet)
@@ -211,6 +236,39 @@ class CatalogueSource(CaseSource):
         if acc:
             print()
             print(acc)
+
+
+Live = dict[str, Implementation | None]  # None: the runner builds the implementation as usual
+
+
+def precision_groups(
+    asked: str | None, sel: Selection, fixtures_dir: Path, default_dir: bool
+) -> list[tuple[Path, Live]]:
+    """One (fixtures folder, implementations) run per precision judged in.
+
+    ``asked`` (``verify --precision``): every implementation in it, the built-ins run in it (R in
+    double, as it only can). Otherwise each Julia port is judged in the precision it declares
+    and everything else in float64. ``default_dir``: no ``--dir`` was given, so a tier's own
+    fixtures are used; with ``--dir`` that folder is used for every precision.
+    """
+
+    def where(fmt: str) -> Path:
+        return formats.fixtures_dir(fmt) if default_dir else fixtures_dir
+
+    if asked is not None:
+        live: Live = {}
+        for name in sel.impls:
+            live[name] = in_precision.create(name, sel.ports.get(name), asked)
+            if name == "r" and asked != formats.DEFAULT:
+                print(f"r: R computes in double only; the R port runs in float64 and is judged on the {asked} tier")
+        return [(where(asked), live)]
+    by_fmt: dict[str, Live] = {}
+    for name in sel.impls:
+        impl, fmt = None, formats.DEFAULT
+        if name == "julia" and name in sel.ports:
+            impl, fmt = in_precision.declared(sel.ports[name])
+        by_fmt.setdefault(fmt, {})[name] = impl
+    return [(where(fmt), live) for fmt, live in by_fmt.items()]
 
 
 # A generated case's relative cost per operation (the truth engine's exact evaluation is most of
@@ -463,6 +521,16 @@ def scale_results(result: Any) -> list[CaseResult]:
 def source_from_args(args: Any) -> CaseSource:
     """The case source ``verify``'s options name (UsageError when they do not go together)."""
     random = args.random is not None or args.seed is not None or args.op or args.dump is not None
+    precision = getattr(args, "precision", None)
+    if precision is not None:
+        if args.tier == "scale" or random:
+            raise UsageError(
+                "--precision judges the catalogue's cases on a precision tier: not with --random or --tier scale"
+            )
+        try:
+            precision = formats.get(precision, "--precision").name
+        except formats.PrecisionError as exc:
+            raise UsageError(str(exc)) from None
     if args.tier == "scale":
         if random:
             raise UsageError("--tier scale and --random are two different runs")
@@ -478,7 +546,7 @@ def source_from_args(args: Any) -> CaseSource:
             return RandomSource(args.random, args.seed, list(args.op), args.dump)
         except ImportError as exc:
             raise UsageError(f"--random needs hypothesis ({exc}): pip install 'attention-ports[random]'") from exc
-    return CatalogueSource(args.dir, list(args.case), parallel=not args.sequential)
+    return CatalogueSource(args.dir, list(args.case), parallel=not args.sequential, precision=precision)
 
 
 def run(

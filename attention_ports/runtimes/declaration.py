@@ -1,4 +1,5 @@
-"""A port's optional declaration: which operations it offers, and its masked-query convention.
+"""A port's optional declaration: which operations it offers, its masked-query convention, and
+the arithmetic it computes in (``precision``: attention_ports/spec/precision.py).
 
 A port file may define one object named ``attention_ports`` (ports/CONTRACT.md):
 
@@ -18,9 +19,10 @@ import numpy as np
 
 from attention_ports.runtimes.protocol import Unsupported
 from attention_ports.spec import ops
+from attention_ports.spec import precision as formats
 from attention_ports.spec.conventions import CONVENTIONS as MASKED_QUERY
 
-FIELDS = ("operations", "masked_query")
+FIELDS = ("operations", "masked_query", "precision")
 
 
 class DeclarationError(ValueError):
@@ -32,6 +34,7 @@ class Declaration:
     present: bool = False
     operations: frozenset[str] | None = None  # None: every contract function the file defines
     masked_query: str = "zeros"
+    precision: str = "float64"  # the port's storage = accumulation format (attention_ports/spec/precision.py)
 
     def offers(self, op: str) -> bool:
         return self.operations is None or op in self.operations
@@ -40,7 +43,8 @@ class Declaration:
         if not self.present:
             return ""
         ops_text = "all it defines" if self.operations is None else ", ".join(sorted(self.operations)) or "none"
-        return f"declares operations: {ops_text}; masked_query = {self.masked_query}"
+        text = f"declares operations: {ops_text}; masked_query = {self.masked_query}"
+        return text if self.precision == "float64" else f"{text}; precision = {self.precision}"
 
 
 NONE = Declaration()
@@ -118,4 +122,26 @@ def parse(raw: Any, where: str, language: str) -> Declaration:
                 f"{where}: {field} = {values[0]!r} is not one of {', '.join(map(repr, MASKED_QUERY))}"
             )
         masked_query = values[0]
-    return Declaration(True, operations, masked_query)
+    precision = _precision(raw, where, language, f"attention_ports{sep}precision")
+    return Declaration(True, operations, masked_query, precision)
+
+
+def _precision(raw: dict[str, Any], where: str, language: str, field: str) -> str:
+    """The declared precision: one of the supported formats; R has only double (float64)."""
+    if "precision" not in raw:
+        return formats.DEFAULT
+    values = _strings(raw["precision"])
+    if values is None or len(values) != 1:
+        raise DeclarationError(
+            f"{where}: {field} must be one of {', '.join(map(repr, formats.FORMATS))}; got {_kind(raw['precision'])}"
+        )
+    try:
+        fmt = formats.get(values[0], field)
+    except formats.PrecisionError as exc:
+        raise DeclarationError(f"{where}: {exc}") from None
+    if language == "r" and fmt.name != "float64":
+        raise DeclarationError(
+            f"{where}: {field} = {fmt.name!r}: R computes in double only, so an R port is judged at "
+            "float64 (a float64 port also passes the float32 tier); remove the field"
+        )
+    return fmt.name

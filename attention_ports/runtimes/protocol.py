@@ -29,6 +29,8 @@ Bodies (``str`` is u32 byte count + UTF-8; counts are u32):
              | 'A' u8 ndim, ndim x i64 dims, f64 elements in column-major order
              | 'Z' the same with i64 elements        (integer arrays: lengths, labels; R integers)
              | 'K' the same with u8 elements 0 / 1   (logical arrays)
+             | 'f' f32 | 'a' the same with f32 elements   (a float32 port's arguments: Julia only;
+                                                    attention_ports/spec/precision.py)
              | 'T' u32 n, n x (str name, value)      (a named group: params -> NamedTuple / list)
              | 'V' u32 n, n x value                  (a list -> Vector / vector)
              | 'X' str type                          (a value with no wire form; declarations only)
@@ -71,7 +73,8 @@ PIPE_SIZE = 1 << 20
 
 _U8, _U32, _I64, _F64 = struct.Struct("<B"), struct.Struct("<I"), struct.Struct("<q"), struct.Struct("<d")
 _LE_F8, _LE_I8, _U1 = np.dtype("<f8"), np.dtype("<i8"), np.dtype("u1")
-_ARRAY_TAGS = {b"A": _LE_F8, b"Z": _LE_I8, b"K": _U1}
+_LE_F4, _F32 = np.dtype("<f4"), struct.Struct("<f")
+_ARRAY_TAGS = {b"A": _LE_F8, b"Z": _LE_I8, b"K": _U1, b"a": _LE_F4}
 _BYTES = [bytes([i]) for i in range(256)]
 _DIMS = [struct.Struct(f"<B{n}q") for n in range(MAX_NDIM + 1)]  # ndim, then the dims
 _SHAPES = [struct.Struct(f"<{n}q") for n in range(MAX_NDIM + 1)]
@@ -125,6 +128,8 @@ def encode_value(out: list[Part], value: Any) -> None:
             tag, dtype = b"K", _U1
         elif kind in "iu":
             tag, dtype = b"Z", _LE_I8
+        elif value.dtype == np.float32:
+            tag, dtype = b"a", _LE_F4
         else:
             tag, dtype = b"A", _LE_F8
         a = value if value.dtype == dtype else np.asarray(value, dtype=dtype)
@@ -139,6 +144,8 @@ def encode_value(out: list[Part], value: Any) -> None:
         out.append(b"B\x01" if value else b"B\x00")
     elif isinstance(value, int | np.integer):
         out.append(b"I" + _I64.pack(int(value)))
+    elif isinstance(value, np.float32):
+        out.append(b"f" + _F32.pack(float(value)))
     elif isinstance(value, float | np.floating):
         out.append(b"F" + _F64.pack(float(value)))
     elif isinstance(value, str):
@@ -294,6 +301,8 @@ class Reader:
             return self.unpack(_I64)
         if tag == b"F":
             return self.unpack(_F64)
+        if tag == b"f":
+            return np.float32(self.unpack(_F32))
         if tag == b"S":
             return self.str()
         if tag in _ARRAY_TAGS:

@@ -24,8 +24,8 @@ except ImportError as exc:  # torch is an optional extra for users
     raise ImplementationUnavailable(f"torch is not installed ({exc}); pip install 'attention-ports[torch]'") from exc
 
 
-def _t(a: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64))
+def _t(a: np.ndarray, dtype: type = np.float64) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype))
 
 
 def _mask(mask: np.ndarray | None) -> torch.Tensor | None:
@@ -43,7 +43,7 @@ EYE_MAX_KEYS = 1024
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float | None):
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     if k.shape[-2] <= EYE_MAX_KEYS:
-        eye = torch.eye(k.shape[-2], dtype=torch.float64)
+        eye = torch.eye(k.shape[-2], dtype=v.dtype)
         return out, F.scaled_dot_product_attention(q, k, eye, attn_mask=mask, scale=scale)
     scores = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
     if mask is not None:

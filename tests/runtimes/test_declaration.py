@@ -17,6 +17,7 @@ from attention_ports.runtimes.declaration import Declaration, DeclarationError
 from attention_ports.runtimes.impl import ImplementationError, ImplementationUnavailable
 from attention_ports.runtimes.protocol import Unsupported
 from attention_ports.runtimes.registry import create
+from attention_ports.spec.precision import MIXED
 from tests.faults.conftest import check_runtime
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ports"
@@ -122,3 +123,20 @@ def test_a_bad_declaration_is_a_load_error_naming_the_file(lang: str, tmp_path: 
             with pytest.raises(ImplementationError, match=expected):
                 impl.run("softmax", {"x": np.eye(2)}, {})
         assert impl.transport.starts == 1
+
+
+@pytest.mark.parametrize("mixed", MIXED)
+def test_a_mixed_precision_declaration_is_not_yet_supported(mixed: str) -> None:
+    with pytest.raises(declaration.DeclarationError, match=r"port.jl: attention_ports.precision = .*not yet supported"):
+        declaration.parse({"precision": mixed}, "port.jl", "julia")
+
+
+def test_a_precision_is_declared_or_rejected_by_field() -> None:
+    assert declaration.parse({"precision": "float32"}, "p.jl", "julia").precision == "float32"
+    assert declaration.parse({}, "p.jl", "julia").precision == "float64"
+    with pytest.raises(declaration.DeclarationError, match=r"attention_ports\.precision = 'half' is not a precision"):
+        declaration.parse({"precision": "half"}, "p.jl", "julia")
+    with pytest.raises(
+        declaration.DeclarationError, match=r"p.R: attention_ports\$precision = 'float32': R computes in double only"
+    ):
+        declaration.parse({"precision": "float32"}, "p.R", "r")

@@ -159,7 +159,9 @@ def _option(value: Any) -> JuliaValue:
     raise TypeError(f"cannot pass an option of type {type(value).__name__} to Julia: {value!r}")
 
 
-def build_call(spec: ops.OpSpec, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> list[Arg]:
+def build_call(
+    spec: ops.OpSpec, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any], storage: type = np.float64
+) -> list[Arg]:
     """The Julia call for a case: positional arguments, then keywords, arrays in Julia layout.
 
     Positional: the required arrays, then each group (a NamedTuple of its members, e.g. the
@@ -167,16 +169,17 @@ def build_call(spec: ops.OpSpec, inputs: Mapping[str, np.ndarray], options: Mapp
     optional arrays that are present and options that are not None, so the port's ``nothing``
     defaults apply to everything absent. Arrays keep int64 (lengths, labels) or become float64;
     a boolean mask becomes additive (0 keeps, -Inf removes) as the contract promises ports; 0-D
-    arrays (a label) become plain Julia numbers.
+    arrays (a label) become plain Julia numbers. ``storage``: the port's precision's scalar type;
+    ``np.float32`` sends every real array and real option as Float32 (attention_ports/spec/precision.py).
     """
 
     def array(name: str) -> JuliaValue:
         a = np.asarray(inputs[name])
         role = spec.role(name)
         if a.dtype == np.bool_:
-            a = np.where(a, 0.0, -np.inf) if role is Role.SCORES else a.astype(np.float64)
+            a = (np.where(a, 0.0, -np.inf) if role is Role.SCORES else a).astype(storage)
         elif a.dtype.kind not in "iu":
-            a = a.astype(np.float64, copy=False)
+            a = a.astype(storage, copy=False)
         j = to_julia(a, role)
         return j.item() if j.ndim == 0 else j
 
@@ -188,6 +191,8 @@ def build_call(spec: ops.OpSpec, inputs: Mapping[str, np.ndarray], options: Mapp
     args += [Arg("p", n, _option(options.get(n))) for n in spec.positional_options]
     args += [Arg("k", n, array(n)) for n in spec.kwargs if n in inputs]
     args += [Arg("k", n, _option(options[n])) for n in spec.options if options.get(n) is not None]
+    if storage is not np.float64:  # a float option (scale, lr) would promote a Float32 computation
+        args = [Arg(a.mode, a.name, storage(a.value)) if type(a.value) is float else a for a in args]
     return args
 
 
@@ -239,11 +244,13 @@ class JuliaImplementation(Implementation):
         give_up_after: int | None = None,
         sysimage: str | Path = "auto",
         julia_flags: tuple[str, ...] = (),
+        precision: str | None = None,
     ):
         self.port = Path(port).resolve() if port is not None else PORT
         if not (self.port.is_file() or self.port.is_dir()):
             raise FileNotFoundError(f"julia port file not found: {self.port}")
         kind = transport or os.environ.get(TRANSPORT_ENV) or "worker"
+        self.precision_override = precision  # `verify --precision`: run a port generically in it
         self._declaration: Declaration | None = None
         self._transport: Transport
         if kind == "worker":
@@ -299,6 +306,15 @@ class JuliaImplementation(Implementation):
         return self.declaration.masked_query
 
     @property
+    def precision(self) -> str:
+        """The arithmetic the port is run and judged in: ``verify --precision``'s, else its declaration's."""
+        return self.precision_override or self.declaration.precision
+
+    @property
+    def storage(self) -> type:
+        return np.float32 if self.precision == "float32" else np.float64
+
+    @property
     def last_output(self) -> str:  # type: ignore[override]
         return self._transport.last_output
 
@@ -308,7 +324,7 @@ class JuliaImplementation(Implementation):
         if not declared.offers(op):
             raise OperationMissing(f"{op} is not among the operations {self.port} declares (attention_ports)")
         try:
-            results = self._transport.call(op, build_call(spec, inputs, options))
+            results = self._transport.call(op, build_call(spec, inputs, options, self.storage))
         except OperationMissing:
             if declared.operations is None:
                 raise
@@ -332,6 +348,9 @@ class JuliaImplementation(Implementation):
         if self.port.is_dir():
             where += f"/{{{','.join(sorted(f.name for f in self.port.glob('*.jl')))}}}"
         declared = self._declaration.describe() if self._declaration is not None else ""
+        if self.precision_override:
+            declared = f"{declared}; " if declared else ""
+            declared += f"run in {self.precision_override} (verify --precision)"
         return f"julia: {which} {where} via {self._transport.describe()}" + (f"; {declared}" if declared else "")
 
     def close(self) -> None:
