@@ -27,24 +27,17 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from attention_ports import (
-    doctor,
-    installers,
-    ops,
-    paths,
-    pipeline,
-    progress,
-    reaper,
-    registry,
-    shards,
-    skeleton,
-    supervisor,
-)
-from attention_ports.catalogue import CatalogueError
-from attention_ports.fixtures import REPO_FIXTURES, FixtureError, check, generate
-from attention_ports.mutation import MutantError
-from attention_ports.pipeline import fixtures_meta, verify_meta  # noqa: F401 (cli.verify_meta: the tests' name)
-from attention_ports.targets import TargetError, check_targets
+from attention_ports.core import paths, progress
+from attention_ports.core.targets import TargetError, check_targets
+from attention_ports.fixtures.store import REPO_FIXTURES, FixtureError, check, generate
+from attention_ports.pipeline import outcome, shards
+from attention_ports.pipeline import verify as pipeline
+from attention_ports.pipeline.verify import fixtures_meta, verify_meta  # noqa: F401 (cli.verify_meta: the tests' name)
+from attention_ports.runtimes import reaper, registry, supervisor
+from attention_ports.spec import ops
+from attention_ports.spec.catalogue import CatalogueError
+from attention_ports.tools import doctor, installers, skeleton
+from attention_ports.tools.mutation import MutantError
 
 DEFAULT_IMPLS = list(registry.IMPLEMENTATIONS)
 
@@ -129,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--case", action="append", default=[], help="case id or glob (repeatable; default: all)")
     v.add_argument("--port", action="append", type=parse_port, default=[], help="NAME=PATH: a user's R or Julia port")
     v.add_argument("--dir", type=Path, default=REPO_FIXTURES, help="fixture folder")
+    v.add_argument(
+        "--precision",
+        default=None,
+        help="judge in this arithmetic: float64 or float32 (the built-ins run in it; default: each port's declaration)",
+    )
     v.add_argument("--json", type=Path, default=None, help="write the machine-readable report here")
     v.add_argument("--junit", type=Path, default=None, help="write JUnit XML here (one testcase per impl x case)")
     v.add_argument("--markdown", type=Path, default=None, help="write a markdown summary here (a CI step summary)")
@@ -238,6 +236,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
             return 2
         args.out = REPO_FIXTURES
     rep = generate(args.out, args.catalogue, workers=args.jobs, progress=progress_bar("generate"))
+    if args.out.resolve() == REPO_FIXTURES.resolve() and args.catalogue is None:
+        from attention_ports.fixtures import precision  # every precision tier's fixtures too
+
+        for path in precision.generate_tiers():
+            print(f"wrote   {path}")
     for rel in rep.written:
         print(f"wrote   {args.out / rel}")
     for rel in rep.removed:
@@ -248,6 +251,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     problems = check(args.dir, workers=args.jobs, progress=progress_bar("check-fixtures"))
+    if args.dir.resolve() == REPO_FIXTURES.resolve():
+        from attention_ports.fixtures import precision  # every precision tier's fixtures too
+
+        problems += precision.check_tiers()
     for p in problems:
         print(f"DRIFT {p}")
     if problems:
@@ -265,7 +272,7 @@ def report_targets(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Every tier through the one pipeline (attention_ports/pipeline.py): the case source the options
+    """Every tier through the one pipeline (attention_ports/pipeline/): the case source the options
     name, the one selection of implementations, one report in every format, one exit status."""
     try:
         source = pipeline.source_from_args(args)
@@ -284,8 +291,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     with graceful_stop() if source.graceful else contextlib.nullcontext({"stop": None, "signum": None}) as state:
         report = pipeline.run(source, sel, shard=shard, strict=args.strict, stop=state["stop"])
     source.terminal(report, args.quiet)
-    pipeline.write_reports(report, targets)
-    return pipeline.exit_status(report, sel.ports, state["signum"])
+    outcome.write_reports(report, targets)
+    return outcome.exit_status(report, sel.ports, state["signum"])
 
 
 def cmd_merge_reports(args: argparse.Namespace) -> int:
@@ -300,8 +307,8 @@ def cmd_merge_reports(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
-    from attention_ports import bench
-    from attention_ports.fixtures import atomic_write
+    from attention_ports.core.io import atomic_write
+    from attention_ports.tools import bench
 
     if args.repeats < 1:
         print("attention-ports bench: --repeats must be at least 1", file=sys.stderr)
@@ -316,7 +323,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from attention_ports import coverage
+    from attention_ports.tools import coverage
 
     matrix = coverage.build_matrix(args.catalogue)
     markdown = coverage.render_markdown(matrix)
@@ -336,7 +343,7 @@ def cmd_mutation(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from attention_ports import mutation
+    from attention_ports.tools import mutation
 
     json_target = check_targets({"--json": args.json}).get("--json")
     langs = args.lang or list(mutation.LANGS)
@@ -376,7 +383,7 @@ def cmd_mutation(args: argparse.Namespace) -> int:
             "summary": mutation.summary(results),
             "mutants": [r.as_json() for r in results],
         }
-        from attention_ports.fixtures import atomic_write
+        from attention_ports.core.io import atomic_write
 
         atomic_write(json_target, (json.dumps(doc, indent=1) + "\n").encode())
     return 0 if all(r.ok for r in results) else 1
@@ -384,7 +391,7 @@ def cmd_mutation(args: argparse.Namespace) -> int:
 
 def entry() -> int:
     """The ``attention-ports`` console script: :func:`main` in a process that adopts what its
-    workers orphan (a child subreaper, attention_ports/reaper.py says why only here)."""
+    workers orphan (a child subreaper, attention_ports/runtimes/reaper.py says why only here)."""
     reaper.become_subreaper()
     return main()
 

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from attention_ports import registry, supervisor
-from attention_ports.fixtures import REPO_FIXTURES, iter_entries
-from attention_ports.impl import Implementation, ImplementationUnavailable
-from attention_ports.runner import in_ci
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries
+from attention_ports.judge.runner import in_ci
+from attention_ports.runtimes import registry, supervisor
+from attention_ports.runtimes.impl import Implementation, ImplementationUnavailable
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

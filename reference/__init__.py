@@ -1,6 +1,11 @@
-"""The NumPy reference implementation of attention: the oracle every port is checked against."""
+"""The NumPy reference implementation of attention: the oracle every port is checked against.
 
-from reference.attention import (
+Shipped as ``attention_ports.reference`` (the repository's top-level ``reference/`` folder, mapped into
+the package by pyproject.toml). It sits just above ``core``: it may import ``attention_ports.core``
+(``paths``, for the sentiment data) and nothing else of the project.
+"""
+
+from attention_ports.reference.attention import (
     AttentionResult,
     MultiHeadResult,
     SelfAttentionResult,
@@ -10,7 +15,7 @@ from reference.attention import (
     self_attention,
     softmax,
 )
-from reference.classifier import (
+from attention_ports.reference.classifier import (
     ClassifierForward,
     ClassifierStep,
     ClassifierTraining,
@@ -23,7 +28,7 @@ from reference.classifier import (
     train_classifier,
     unpack_dataset,
 )
-from reference.masks import as_additive_mask, causal_mask, key_padding_mask
+from attention_ports.reference.masks import as_additive_mask, causal_mask, key_padding_mask
 
 __version__ = "1.0.0"
 

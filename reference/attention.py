@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-
-from reference.masks import as_additive_mask
-from reference.validate import as_float_matrix, check_finite
+from attention_ports.reference.masks import as_additive_mask
+from attention_ports.reference.validate import as_float_matrix, check_finite
 
 
 class AttentionResult(NamedTuple):
@@ -42,7 +41,7 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     ``torch.softmax``; attention handles fully masked rows itself (see
     ``scaled_dot_product_attention``).
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float32 if getattr(x, "dtype", None) == np.float32 else np.float64)
     if x.ndim == 0:
         raise ValueError("softmax: x must have at least one dimension, got a scalar")
     if np.isnan(x).any() or np.isposinf(x).any():
@@ -54,7 +53,7 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def _default_scale(d_k: int) -> float:
-    return 1.0 / np.sqrt(d_k)
+    return float(1.0 / np.sqrt(d_k))  # a Python float: it keeps a float32 product float32
 
 
 def scaled_dot_product_attention(

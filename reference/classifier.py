@@ -21,7 +21,7 @@ gradients are wrong whenever n > 1; and it initialises ``V = K`` (one shared arr
 Labels are 0-based class indices: ``negative = 0``, ``neutral = 1``, ``positive = 2`` (the seed's
 one-hot vectors ``[1,0,0]``, ``[0,1,0]``, ``[0,0,1]``).
 
-The functions named like an operation of ``attention_ports.ops`` (``classifier_forward``,
+The functions named like an operation of ``attention_ports.spec.ops`` (``classifier_forward``,
 ``classifier_step``, ``classifier_train``) take their arguments under the operation's input and
 option names, so the generic adapter can call them; ``train_classifier`` is the natural,
 list-of-sentences form of ``classifier_train``.
@@ -34,9 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
-
-from reference.attention import softmax
-from reference.validate import check_finite
+from attention_ports.reference.attention import softmax
+from attention_ports.reference.validate import check_finite
 
 #: The parameter names, in the order every API and operation uses them.
 PARAM_NAMES: tuple[str, ...] = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_f", "b_f")

@@ -31,7 +31,7 @@ def as_additive_mask(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         raise ValueError(f"mask must have shape (n_q, n_k) = {shape}; got {mask.shape}")
     if mask.dtype == bool:
         return np.where(mask, 0.0, -np.inf)
-    mask = mask.astype(np.float64)
+    mask = mask.astype(np.float32 if mask.dtype == np.float32 else np.float64)
     if np.isnan(mask).any() or np.isposinf(mask).any():
         raise ValueError(f"additive mask (shape {mask.shape}) may hold finite values and -inf only; found NaN or +inf")
     return mask

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from attention_ports.reference.classifier import CLASS_NAMES
 
-from attention_ports import paths
-from reference.classifier import CLASS_NAMES
+from attention_ports.core import paths
 
 #: The data file: header ``sentiment,sentence``, then seed 003's rows verbatim (trailing spaces kept).
 CSV_PATH: Path = paths.SENTIMENT_CSV

@@ -2,7 +2,7 @@
 
     python scripts/build_julia_sysimage.py [--force]
 
-Why and how it is used: ports/julia_sysimage.py. The steps:
+Why and how it is used: attention_ports/runtimes/julia/sysimage.py. The steps:
 
 1. trace: every catalogue case (and a few calls that raise, so error reporting is compiled too)
    runs through the Julia worker on the *stock* image with ``--trace-compile``, which lists every
@@ -80,10 +80,10 @@ def program_digests() -> dict[str, str]:
 # --- the catalogue through the worker -------------------------------------------------------------
 def catalogue_verdicts(julia_flags: tuple[str, ...], sysimage: str | Path) -> tuple[dict[str, str], float]:
     """Every catalogue case on our Julia port: {case id: status}, and the seconds the run took."""
-    from attention_ports import paths
-    from attention_ports.fixtures import iter_entries, load_case
-    from attention_ports.runner import judge
-    from ports.julia_adapter import JuliaImplementation
+    from attention_ports.core import paths
+    from attention_ports.fixtures.store import iter_entries, load_case
+    from attention_ports.judge.runner import judge
+    from attention_ports.runtimes.julia.adapter import JuliaImplementation
 
     cases = [load_case(paths.FIXTURES, e) for e in iter_entries(paths.FIXTURES)]
     verdicts: dict[str, str] = {}
@@ -99,7 +99,7 @@ def catalogue_verdicts(julia_flags: tuple[str, ...], sysimage: str | Path) -> tu
 
 def _error_paths(impl: object) -> None:
     """Calls that raise in the port or miss an operation: error reporting gets traced too."""
-    from attention_ports.impl import ImplementationError, OperationMissing
+    from attention_ports.runtimes.impl import ImplementationError, OperationMissing
 
     bad = {"q": np.ones((2, 3)), "k": np.ones((2, 4)), "v": np.ones((2, 3))}  # d_k differs: an ArgumentError
     for op, inputs in (("scaled_dot_product_attention", bad), ("softmax", {"x": np.ones(0)})):
@@ -117,7 +117,7 @@ def locked(folder: Path) -> Iterator[None]:
 
 
 def build(julia: str, *, force: bool) -> Path:
-    from ports import julia_sysimage as jsi
+    from attention_ports.runtimes.julia import sysimage as jsi
 
     stock, libjulia, version = probe(julia)
     jl = jsi.Julia(julia, stock, version)
@@ -204,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild even when the image is up to date")
     parser.add_argument("--strict", action="store_true", help="exit 1 when no image could be built")
     args = parser.parse_args(argv)
-    from attention_ports.impl import ImplementationUnavailable
-    from ports.julia_adapter import find_julia
+    from attention_ports.runtimes.impl import ImplementationUnavailable
+    from attention_ports.runtimes.julia.adapter import find_julia
 
     try:
         try:

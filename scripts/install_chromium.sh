@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's chromium, the headless browser tests/test_report_formats.py renders the HTML
+# Install Debian's chromium, the headless browser tests/report/test_formats.py renders the HTML
 # report in (screenshot and DOM). Idempotent; only a test needs it, so without root or apt it says
 # so and succeeds: the browser test then skips locally and fails under CI=true.
 set -euo pipefail

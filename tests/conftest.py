@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from attention_ports.judge.runner import in_ci
 from attention_ports.pytest_plugin import require
-from attention_ports.runner import in_ci
 from tests import wheel_env
 
 __all__ = ["require"]
 
 # Property tests: under CI=true derandomized (the same examples every run) with no example database;
 # locally hypothesis's defaults (fresh examples each run, failures remembered in .hypothesis/).
-# The generated fixture-style cases (tests/test_random_cases.py) have their own seed and count:
-# attention_ports/generated.py, profile().
+# The generated fixture-style cases (tests/tiers/test_random.py) have their own seed and count:
+# attention_ports/tiers/random.py, profile().
 settings.register_profile("ci", derandomize=True, database=None, deadline=None)
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if in_ci() else "dev")
@@ -51,8 +51,8 @@ def installed_tool(tmp_path_factory: pytest.TempPathFactory) -> wheel_env.Instal
 @pytest.fixture(scope="session")
 def checkout_julia() -> str:
     """The julia command the checkout uses (scripts/install_julia.sh), to hand to an installed tool."""
-    from attention_ports.impl import ImplementationUnavailable
-    from ports.julia_adapter import find_julia
+    from attention_ports.runtimes.impl import ImplementationUnavailable
+    from attention_ports.runtimes.julia.adapter import find_julia
 
     try:
         return find_julia()

@@ -1,6 +1,6 @@
 """Regenerate fixtures in this process and compare them with the committed bytes (not a test module).
 
-``tests/test_truth_bytes.py`` runs ``python -m tests.cpu_probe SCOPE`` under other BLAS kernels
+``tests/fixtures/test_bytes.py`` runs ``python -m tests.cpu_probe SCOPE`` under other BLAS kernels
 (``OPENBLAS_CORETYPE``) and SIMD levels (``NPY_DISABLE_CPU_FEATURES``). It rebuilds every case's
 inputs and compares their bytes with the committed ones, computes the truth (every case with
 SCOPE ``all``, all but the trajectories with ``forward``) afresh, with no memo, and compares the
@@ -39,11 +39,11 @@ def simd_targets() -> dict[str, bool]:
 
 
 def main(scope: str) -> dict:
-    from attention_ports import truth
-    from attention_ports.builtin import ReferenceImplementation
-    from attention_ports.catalogue import build_inputs, load_catalogue
-    from attention_ports.fixtures import ESTIMATED_FLAG, REPO_FIXTURES, load_case, npy_bytes, read_manifest
-    from attention_ports.runner import judge
+    from attention_ports.fixtures.store import ESTIMATED_FLAG, REPO_FIXTURES, load_case, npy_bytes, read_manifest
+    from attention_ports.judge.runner import judge
+    from attention_ports.runtimes.builtin import ReferenceImplementation
+    from attention_ports.spec.catalogue import build_inputs, load_catalogue
+    from attention_ports.truth import engine as truth
 
     def sha(a: np.ndarray) -> str:
         return hashlib.sha256(npy_bytes(a)).hexdigest()

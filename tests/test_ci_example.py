@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from attention_ports.fixtures import REPO_FIXTURES, iter_entries
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries
 from tests.wheel_env import ROOT, InstalledTool
 
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"

@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from attention_ports import cli, mutation, registry
-from attention_ports.catalogue import load_catalogue
-from attention_ports.fixtures import REPO_FIXTURES
-from attention_ports.impl import ImplementationUnavailable
+from attention_ports import cli
+from attention_ports.fixtures.store import REPO_FIXTURES
+from attention_ports.runtimes import registry
+from attention_ports.runtimes.impl import ImplementationUnavailable
+from attention_ports.spec.catalogue import load_catalogue
+from attention_ports.tools import mutation
 from tests.conftest import require
 
 REPO = REPO_FIXTURES.parent
@@ -228,7 +230,7 @@ def test_every_count_of_cases_in_the_docs_is_checked() -> None:
     for page in PAGES:
         rel = _rel(page)
         if rel == "docs/coverage.md":
-            continue  # generated, and checked by tests/test_coverage.py
+            continue  # generated, and checked by tests/tools/test_coverage.py
         text = _flat(rel)
         covered = [m.span() for f in FIGURES if f.page == rel for m in re.finditer(f.pattern, text)]
         covered += [m.span() for p, pat in OTHER_CASE_COUNTS if p == rel for m in re.finditer(pat, text)]

@@ -10,7 +10,7 @@ there). The ports: ours (every case, both languages), seed 000's R code verbatim
 R's own message) and with its one-word fix, seed 003's two known-bad Julia transcriptions (their
 softmax helper, their forward and their backward cases), ports with declarations or that do not
 load, and a spread of the mutation kit's mutants, bugs and controls (each on its own cases, as
-tests/test_mutation.py runs them). The native runner runs while Python verifies, so the two halves
+tests/tools/test_mutation.py runs them). The native runner runs while Python verifies, so the two halves
 share the cores.
 
 Also: the runners from an unpacked wheel (what an R-only or Julia-only team has; declared,
@@ -32,8 +32,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attention_ports import cli, fixture_index, mutation
-from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case, manifest_bytes, read_manifest
+from attention_ports import cli
+from attention_ports.fixtures import index as fixture_index
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries, load_case, manifest_bytes, read_manifest
+from attention_ports.tools import mutation
 from tests.conftest import require
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,8 +101,8 @@ PORTS = _ports()
 
 
 def _julia() -> str:
-    from attention_ports.impl import ImplementationUnavailable
-    from ports.julia_adapter import find_julia
+    from attention_ports.runtimes.impl import ImplementationUnavailable
+    from attention_ports.runtimes.julia.adapter import find_julia
 
     try:
         return find_julia()
@@ -217,7 +219,7 @@ def test_an_unpacked_wheel_runs_both_runners_with_its_own_fixtures(installed_too
     user.mkdir()
     for lang, port in (("r", "declares_undefined.R"), ("julia", "declares_undefined.jl")):
         shutil.copy(USER_PORTS / lang / port, user / port)
-        runner = unpacked / "ports" / lang / RUNNERS[lang].name
+        runner = unpacked / "attention_ports" / "_assets" / "ports" / lang / RUNNERS[lang].name
         junit, out = user / f"{lang}.xml", user / f"{lang}.json"
         cases = ("--case", "softmax_ties", "--case", "self_attn_L1", "--case", "sdpa_L1_d1")
         proc = subprocess.run(

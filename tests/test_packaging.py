@@ -11,7 +11,7 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from attention_ports.fixtures import REPO_FIXTURES, iter_entries
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries
 from tests.wheel_env import ROOT, InstalledTool, source_files
 
 USER_PORTS = ROOT / "tests" / "data" / "ports"
@@ -46,27 +46,32 @@ def test_the_wheel_carries_the_fixtures_contract_ports_and_installers(installed_
     }
     assert listed and not {f for f in listed if f"attention_ports/_assets/fixtures/{f}" not in names}
     # The contract, our ports and their native runners, the installers.
-    port_files = [p for p in committed if p.startswith("ports/") and p.endswith((".R", ".jl", ".md", ".py"))]
+    port_files = [p for p in committed if p.startswith("ports/") and p.endswith((".R", ".jl", ".md"))]
     assert "ports/CONTRACT.md" in port_files and "ports/julia/worker.jl" in port_files
-    assert sorted(p for p in port_files if p not in names) == []
+    assert sorted(p for p in port_files if f"attention_ports/_assets/{p}" not in names) == []
     assert {"attention_ports/_assets/scripts/install_r.sh", "attention_ports/_assets/scripts/install_julia.sh"} <= names
-    # Every committed module of the three packages (a new subpackage must be added to pyproject).
+    # Every committed module of the package and of the reference, which travels inside it as
+    # attention_ports.reference (a new subpackage must be added to pyproject).
     modules = [
-        p for p in committed if p.endswith(".py") and p.split("/")[0] in {"attention_ports", "ports", "reference"}
+        p if p.startswith("attention_ports/") else f"attention_ports/{p}"
+        for p in committed
+        if p.endswith(".py") and p.split("/")[0] in {"attention_ports", "reference"}
     ]
     assert "attention_ports/conformance/test_cases.py" in modules
+    assert "attention_ports/reference/attention.py" in modules
     assert sorted(p for p in modules if p not in names) == []
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(installed_tool.wheel).read(entry_points).decode()
     assert "[pytest11]\nattention_ports.pytest_plugin = attention_ports.pytest_plugin" in text
-    assert "attention-ports = attention_ports.cli:main" in text
+    # the console script is cli.entry: main in a process that is a child subreaper (runtimes/reaper.py)
+    assert "attention-ports = attention_ports.cli:entry" in text
 
 
 def test_the_installed_package_finds_its_data_in_site_packages(installed_tool: InstalledTool, user_dir: Path) -> None:
     code = (
-        "from attention_ports import paths; import reference.sentiment as s, attention_ports, ports;"
+        "from attention_ports.core import paths; import attention_ports.reference.sentiment as s, attention_ports;"
         "print(paths.installed(), paths.FIXTURES, paths.CONTRACT.is_file(), s.CSV_PATH.is_file(),"
-        " attention_ports.__file__, ports.__file__, sep='|')"
+        " attention_ports.__file__, paths.PORTS, sep='|')"
     )
     proc = installed_tool.run(["python", "-c", code], user_dir)
     assert proc.returncode == 0, _out(proc)
@@ -78,6 +83,18 @@ def test_the_installed_package_finds_its_data_in_site_packages(installed_tool: I
     # The packaged fixtures are read-only: generate wants a folder of its own.
     gen = installed_tool.run(["attention-ports", "generate"], user_dir)
     assert gen.returncode == 2 and "an installed package's fixtures are read-only; pass --out DIR" in gen.stderr
+
+
+def test_the_installed_wheel_adds_one_top_level_package_and_its_metadata(installed_tool: InstalledTool) -> None:
+    """Nothing named ``ports`` or ``reference`` (or anything else) lands in site-packages: the
+    reference, the ports and the data travel inside ``attention_ports``."""
+    (record,) = installed_tool.venv.glob("lib/python*/site-packages/attention_ports-*.dist-info/RECORD")
+    installed = [line.split(",")[0] for line in record.read_text().splitlines() if line]
+    # Entries outside site-packages (the console script in bin/) start with "..".
+    top = sorted({path.split("/")[0] for path in installed if not path.startswith("..")})
+    assert top == ["attention_ports", record.parent.name]
+    site = record.parent.parent
+    assert not (site / "ports").exists() and not (site / "reference").exists()
 
 
 # What a port that ignores the scale (user_sdpa_unscaled.*) must get, whatever else the catalogue

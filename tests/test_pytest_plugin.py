@@ -115,7 +115,7 @@ def test_the_contracts_pytest_command_runs_the_fixture_cases(tmp_path: Path) -> 
     args = line.replace("path/to/my_port.R", str(SOFTMAX_ONLY)).split()[1:]
     proc = run_pytest(tmp_path, *args, "-q")
     assert proc.returncode == 0, _out(proc)  # 5 would be "no tests ran"
-    from attention_ports.fixtures import REPO_FIXTURES, iter_entries
+    from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries
 
     n_softmax = sum(e["op"] == "softmax" for e in iter_entries(REPO_FIXTURES))  # all the port declares
     assert f"{n_softmax} passed" in proc.stdout, _out(proc)

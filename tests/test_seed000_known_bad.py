@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from attention_ports import registry
-from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case
-from attention_ports.impl import ImplementationUnavailable
-from attention_ports.runner import CaseResult, run_suite
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries, load_case
+from attention_ports.judge.results import CaseResult
+from attention_ports.judge.runner import run_suite
+from attention_ports.runtimes import registry
+from attention_ports.runtimes.impl import ImplementationUnavailable
 from tests.conftest import require
 
 PORTS = Path(__file__).resolve().parent / "data" / "ports" / "r"

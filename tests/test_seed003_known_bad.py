@@ -27,14 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import attention_ports.reference as reference
 import numpy as np
 import pytest
 
-import reference
-from attention_ports.fixtures import REPO_FIXTURES, load_case
-from attention_ports.impl import ImplementationUnavailable
-from attention_ports.ops import CLASSIFIER_PARAMS
-from attention_ports.runner import CaseResult, run_suite, select_entries
+from attention_ports.fixtures.store import REPO_FIXTURES, load_case
+from attention_ports.judge.results import CaseResult
+from attention_ports.judge.runner import run_suite, select_entries
+from attention_ports.runtimes.impl import ImplementationUnavailable
+from attention_ports.spec.ops import CLASSIFIER_PARAMS
 from tests.conftest import require
 
 BAD_PORTS = Path(__file__).resolve().parent / "data" / "ports" / "julia"
@@ -182,7 +183,7 @@ def facts() -> list[Facts]:
 
 @pytest.fixture(scope="module")
 def julia_available() -> None:
-    from ports.julia_adapter import find_julia
+    from attention_ports.runtimes.julia.adapter import find_julia
 
     try:
         find_julia()

@@ -30,8 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from attention_ports import cli, skeleton
-from attention_ports.fixtures import REPO_FIXTURES, iter_entries
+from attention_ports import cli
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries
+from attention_ports.tools import skeleton
 from tests.test_native_runners import CLOSING, RUNNERS, USER_PORTS, native_command
 from tests.test_pytest_plugin import CONFORMANCE, run_pytest
 

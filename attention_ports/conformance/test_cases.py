@@ -1,16 +1,17 @@
 """Every fixture case on every selected implementation: the heart of the suite.
 
 Parametrized by the plugin (attention_ports/pytest_plugin.py) as ``test_case[IMPL-CASE]``; this
-repository's own tests/test_cases.py runs this same function.
+repository's own tests/conformance/test_cases.py runs this same function.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from attention_ports.fixtures import REPO_FIXTURES, iter_entries, load_case
-from attention_ports.impl import Implementation
-from attention_ports.runner import case_note, judge, repro_command
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries, load_case
+from attention_ports.judge.results import case_note
+from attention_ports.judge.runner import judge, repro_command
+from attention_ports.runtimes.impl import Implementation
 
 _ENTRIES = {e["id"]: e for e in iter_entries(REPO_FIXTURES)}
 

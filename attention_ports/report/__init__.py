@@ -7,7 +7,8 @@
 - ``html_page`` (+ ``heatmap``): one self-contained page with heatmaps (``--html``).
 
 Every function here takes a :class:`Report` or, as before the split, the run's list of
-``CaseResult``.
+``CaseResult``. Layer: above ``judge`` (whose result model, ``judge.results``, it reads); may
+import every layer below it, never ``tools``, ``tiers`` or the CLI.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from attention_ports.judge.results import CaseResult
 from attention_ports.report import html_page, json_report, junit, markdown
 from attention_ports.report import text as _text
 from attention_ports.report.json_report import REPORT_VERSION
 from attention_ports.report.model import Report
-from attention_ports.runner import CaseResult
 
 Results = Report | list[CaseResult]
 

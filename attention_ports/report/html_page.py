@@ -3,7 +3,7 @@ with its message, diagnosis, the case's reason and heatmaps of expected / actual
 
 No script and no external asset (styles inline, heatmaps inline SVG: heatmap.py), so the file
 can be uploaded as a CI artifact and opened anywhere. The page is checked in a real headless
-browser by tests/test_report_formats.py.
+browser by tests/report/test_formats.py.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from attention_ports.fixtures import atomic_write
+from attention_ports.core.io import atomic_write
+from attention_ports.judge.results import CaseResult, OutputResult
 from attention_ports.report import heatmap
 from attention_ports.report.model import CONVENTION_LEGEND, Report, cause, cell_numbers, port_layout, shared_causes
-from attention_ports.runner import CaseResult, OutputResult
 
 MAX_SLICES = 4  # heads of a 3-D output drawn per failure
 MAX_FAILURE_SECTIONS = 200
@@ -131,7 +131,7 @@ def _heatmaps(r: CaseResult, o: OutputResult) -> str:
     base = view.base if view is not None else 0
     names = view.axis_names(expected.ndim) if view is not None else None
     if names is None and o.arrays is not None:
-        from attention_ports import ops
+        from attention_ports.spec import ops
 
         try:
             role = ops.get(r.op).role(o.output)

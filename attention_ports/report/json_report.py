@@ -39,7 +39,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attention_ports.fixtures import atomic_write
+from attention_ports.core.io import atomic_write
 from attention_ports.report.model import Report
 
 REPORT_VERSION = 4

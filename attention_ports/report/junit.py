@@ -17,9 +17,9 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from attention_ports.fixtures import atomic_write
+from attention_ports.core.io import atomic_write
+from attention_ports.judge.results import CaseResult
 from attention_ports.report.model import Report
-from attention_ports.runner import CaseResult
 
 SUITE = "attention-ports"
 # XML 1.0 cannot hold these at all, escaped or not; a port's printed output may (colour codes).

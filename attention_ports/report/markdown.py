@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from attention_ports.fixtures import atomic_write
+from attention_ports.core.io import atomic_write
 from attention_ports.report.model import COLUMNS_LEGEND, CONVENTION_LEGEND, STATUSES, Report, cell_numbers
 
 MAX_DETAILS = 50

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from attention_ports.compare import agree
-from attention_ports.runner import FAILING, NOT_RUN, CaseResult, OutputResult
+from attention_ports.judge.compare import agree
+from attention_ports.judge.results import FAILING, NOT_RUN, CaseResult, OutputResult
 
 STATUSES = ("pass", "fail", "error", "missing", "unavailable")
 # A case with a fully masked query is judged by the implementation's convention: its cell says which.

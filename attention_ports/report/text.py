@@ -9,6 +9,7 @@ cell can show a small number as its headline (model.cell_numbers).
 
 from __future__ import annotations
 
+from attention_ports.judge.results import CaseResult
 from attention_ports.report.model import (
     COLUMNS_LEGEND,
     CONVENTION_LEGEND,
@@ -18,7 +19,6 @@ from attention_ports.report.model import (
     fmt_frac,
     fmt_ulps,
 )
-from attention_ports.runner import CaseResult
 
 _WIDTHS = {"status": 8, "err/bnd": 8, "bad": 6, "ulps": 6}
 _CELL = " ".join(f"{k:<{w}}" if k == "status" else f"{k:>{w}}" for k, w in _WIDTHS.items())

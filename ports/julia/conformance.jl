@@ -3,8 +3,8 @@
 #
 #   julia conformance.jl [options] PORT.jl | PORTDIR
 #
-#   --fixtures DIR   the fixtures folder (default: the one shipped with this file: ../../fixtures in
-#                    a checkout, ../../attention_ports/_assets/fixtures in an unpacked wheel)
+#   --fixtures DIR   the fixtures folder (default: the one shipped with this file, ../../fixtures: in
+#                    a checkout and in an unpacked wheel, where both sit under attention_ports/_assets)
 #   --case GLOB      only the cases whose id matches GLOB (* ? [...]); repeatable
 #   --junit FILE     also write a JUnit XML report (one <testcase> per case)
 #   --json FILE      also write the results as `attention-ports verify --json` does (per output)
@@ -99,7 +99,7 @@ function parse_args(argv::Vector{String})
 end
 
 # ------------------------------------------------------------------------------------------------
-# The fixture index (attention_ports/fixture_index.py describes the format)
+# The fixture index (attention_ports/fixtures/index.py describes the format)
 
 struct OpSpec
     name::String
@@ -132,7 +132,7 @@ struct Index
 end
 
 function default_fixtures()
-    for d in (joinpath(@__DIR__, "..", "..", "fixtures"), joinpath(@__DIR__, "..", "..", "attention_ports", "_assets", "fixtures"))
+    for d in (joinpath(@__DIR__, "..", "..", "fixtures"),)
         isfile(joinpath(d, "index.tsv")) && return abspath(d)
     end
     usage("no fixtures found next to ", @__DIR__, " (pass --fixtures DIR)")
@@ -298,7 +298,7 @@ function load_port(path::AbstractString, op_names::Vector{String})
     return port
 end
 
-# attention_ports/declaration.py: the same checks and messages for Julia's declaration.
+# attention_ports/runtimes/declaration.py: the same checks and messages for Julia's declaration.
 function kind_text(x)
     x === nothing && return "NoneType None"
     (x isa NamedTuple || x isa AbstractDict) && return "a named list / NamedTuple"
@@ -396,7 +396,7 @@ function unpack_results(spec::OpSpec, results)
 end
 
 # ------------------------------------------------------------------------------------------------
-# The comparison rule (attention_ports/compare.py)
+# The comparison rule (attention_ports/judge/compare.py)
 
 struct Comparison
     ok::Bool

@@ -3,8 +3,8 @@
 #
 #   Rscript conformance.R [options] PORT.R [MORE.R | DIR]...
 #
-#   --fixtures DIR   the fixtures folder (default: the one shipped with this file: ../../fixtures in
-#                    a checkout, ../../attention_ports/_assets/fixtures in an unpacked wheel)
+#   --fixtures DIR   the fixtures folder (default: the one shipped with this file, ../../fixtures: in
+#                    a checkout and in an unpacked wheel, where both sit under attention_ports/_assets)
 #   --case GLOB      only the cases whose id matches GLOB (* and ?); repeatable
 #   --junit FILE     also write a JUnit XML report (one <testcase> per case)
 #   --json FILE      also write the results as `attention-ports verify --json` does (per output)
@@ -87,11 +87,10 @@ local(envir = .conformance, {
   }
 
   # ------------------------------------------------------------------------------------------
-  # The fixture index (attention_ports/fixture_index.py describes the format)
+  # The fixture index (attention_ports/fixtures/index.py describes the format)
 
   default_fixtures <- function(here) {
-    for (d in c(file.path(here, "..", "..", "fixtures"),
-                file.path(here, "..", "..", "attention_ports", "_assets", "fixtures"))) {
+    for (d in c(file.path(here, "..", "..", "fixtures"))) {
       if (file.exists(file.path(d, "index.tsv"))) return(normalizePath(d))
     }
     usage_error("no fixtures found next to ", here, " (pass --fixtures DIR)")
@@ -250,7 +249,7 @@ local(envir = .conformance, {
     port
   }
 
-  # attention_ports/declaration.py, the same checks and messages for R's declaration.
+  # attention_ports/runtimes/declaration.py, the same checks and messages for R's declaration.
   check_declaration <- function(raw, where, op_names) {
     if (is.null(raw)) return(list(present = FALSE, operations = NULL, masked_query = "zeros"))
     quoted <- function(x) paste(sprintf("'%s'", x), collapse = ", ")
@@ -299,7 +298,7 @@ local(envir = .conformance, {
     list(present = TRUE, operations = operations, masked_query = masked_query)
   }
 
-  # The call, as ports/r_adapter.py builds it and ports/r_worker.py encodes it for .ap_call:
+  # The call, as attention_ports/runtimes/r/adapter.py builds it and attention_ports/runtimes/r/worker.py encodes it for .ap_call:
   # required arrays positionally; each parameter group by name (a named list of its members);
   # positional options; present optional arrays and options by name. A logical mask becomes
   # additive (0 keeps, -Inf removes); class indices (layout "index") become 1-based.
@@ -384,7 +383,7 @@ local(envir = .conformance, {
          outputs = outputs)
   }
 
-  # attention_ports/supervisor.py's output_section: the last 8,000 characters of what was printed.
+  # attention_ports/runtimes/supervisor.py's output_section: the last 8,000 characters of what was printed.
   output_section <- function(lines) {
     text <- sub("\n+$", "", sub("^\n+", "", paste(lines, collapse = "\n")))
     if (!nzchar(trimws(text))) return("")
@@ -395,7 +394,7 @@ local(envir = .conformance, {
     paste0("\n--- the port's output during this call (stdout) ---\n", text)
   }
 
-  # ports/r_adapter.py's _name_outputs: a bare array is the single output; declared outputs must
+  # attention_ports/runtimes/r/adapter.py's _name_outputs: a bare array is the single output; declared outputs must
   # be doubles; length-1 results take the declared rank (vector: 1-D, scalar: 0-D); an absent
   # output is left out (run_case fails it, and judges the others), but none at all is an error.
   name_outputs <- function(spec, outputs, layouts) {
@@ -431,7 +430,7 @@ local(envir = .conformance, {
   }
 
   # ------------------------------------------------------------------------------------------
-  # The comparison rule (attention_ports/compare.py)
+  # The comparison rule (attention_ports/judge/compare.py)
 
   # NumPy's spacing(x) for finite x >= 0: the distance to the next larger double.
   spacing <- function(x) {

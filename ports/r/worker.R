@@ -1,6 +1,6 @@
-# The R side of the bridge between the R worker (ports/r_worker.py) and a port.
+# The R side of the bridge between the R worker (attention_ports/runtimes/r/worker.py) and a port.
 #
-# ports/r_worker.py sources this file into an environment of its own whose parent is baseenv(),
+# attention_ports/runtimes/r/worker.py sources this file into an environment of its own whose parent is baseenv(),
 # so nothing a port does to the global environment can reach these functions, and calls them
 # through rpy2: .ap_port_env() once, .ap_load() once, .ap_declaration() once, .ap_call() per call.
 # Arrays arrive as R vectors whose memory Python wrote directly (never rpy2's memoryview()), with

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from attention_ports.fixtures import REPO_FIXTURES
-from attention_ports.impl import ImplementationUnavailable
-from attention_ports.runner import CaseResult, run_suite
+from attention_ports.fixtures.store import REPO_FIXTURES
+from attention_ports.judge.results import CaseResult
+from attention_ports.judge.runner import run_suite
+from attention_ports.runtimes.impl import ImplementationUnavailable
 from tests.conftest import require
 
 PORTS = Path(__file__).resolve().parent / "ports"
@@ -43,7 +44,7 @@ def check_runtime(lang: str) -> None:
     """Skip (locally) or fail (CI=true) unless the runtime of ``lang`` can run here."""
     try:
         if lang == "julia":
-            from ports.julia_adapter import find_julia
+            from attention_ports.runtimes.julia.adapter import find_julia
 
             find_julia()
         else:
@@ -167,7 +168,7 @@ def zombies() -> list[int]:
     """Our own children that exited during this test and were never reaped.
 
     Those from before the test are not its own: once this process has started a worker it is a
-    child subreaper (attention_ports/reaper.py), so it adopts the orphans of any subprocess an
+    child subreaper (attention_ports/runtimes/reaper.py), so it adopts the orphans of any subprocess an
     earlier test SIGKILLed (the worker of a killed ``verify``), and cannot tell them from children
     it started itself, so it never reaps them.
     """

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from attention_ports import cli, pipeline, runner
-from attention_ports.fixtures import REPO_FIXTURES, generate
-from attention_ports.runner import repro_command
-from attention_ports.targets import TargetError, check_targets
+from attention_ports import cli
+from attention_ports.core.targets import TargetError, check_targets
+from attention_ports.fixtures.store import REPO_FIXTURES, generate
+from attention_ports.judge import runner
+from attention_ports.judge.runner import repro_command
+from attention_ports.pipeline import verify as pipeline
 from tests.faults.conftest import (
     SDPA,
     SDPA_2,

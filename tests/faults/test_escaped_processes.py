@@ -1,6 +1,6 @@
 """A process a port moves out of its worker's group and session (``setsid``, a double fork,
 ``nohup ... &`` then ``setsid``) outlives no run, whichever way the worker or the run ends; and
-the run's report is still complete (attention_ports/reaper.py says how). Every way a worker ends
+the run's report is still complete (attention_ports/runtimes/reaper.py says how). Every way a worker ends
 (a timeout, a crash, a give-up, close) goes through one ``_Process.end``; a signal to the run
 goes through ``shutdown_all``: each is tested once per runtime.
 
@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attention_ports.impl import ImplementationError
-from attention_ports.registry import create
+from attention_ports.runtimes.impl import ImplementationError
+from attention_ports.runtimes.registry import create
 from tests.faults.conftest import SDPA, SELF, SOFTMAX, SOFTMAX_2, check_runtime, port, sleepers, wait_for, zombies
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,7 +163,7 @@ def test_no_escaped_process_outlives_an_interpreter_that_never_closed_its_port(r
     marker, flag = _marker(), tmp_path / "started"
     script = (
         "import numpy as np\n"
-        "from attention_ports.registry import create\n"
+        "from attention_ports.runtimes.registry import create\n"
         f"impl = create('r', {str(port('r', 'escapes_its_group'))!r})\n"
         "impl.run('softmax', {'x': np.eye(2)}, {})\n"
     )

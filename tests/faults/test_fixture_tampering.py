@@ -1,5 +1,5 @@
 """A tampered fixture folder or catalogue: refused with the file and the field named, never read
-blindly, never a traceback, never a wrong verdict (attention_ports/validate.py).
+blindly, never a traceback, never a wrong verdict (attention_ports/core/validate.py).
 
 Each test tampers with a copy of the shipped fixtures the way an attacker (or an accident) would:
 the manifest is rewritten *consistently* (the sha256 of a tampered file updated too), since the
@@ -23,10 +23,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attention_ports import cli, validate
-from attention_ports.catalogue import CatalogueError, load_catalogue
-from attention_ports.fixtures import REPO_FIXTURES, FixtureError, read_manifest
-from attention_ports.runner import run_suite
+from attention_ports import cli
+from attention_ports.core import validate
+from attention_ports.fixtures.store import REPO_FIXTURES, FixtureError, read_manifest
+from attention_ports.judge.runner import run_suite
+from attention_ports.spec.catalogue import CatalogueError, load_catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
 CASE = "softmax_random_3x5"  # inputs.x (3, 5), expected.y with its bound
@@ -253,7 +254,7 @@ def test_a_loosened_bound_cannot_make_a_wrong_answer_pass(fx: Path, capsys) -> N
 def test_the_bound_range_is_the_error_analysis_own() -> None:
     # validate.py restates three constants of bounds.py (it must not import the truth engine);
     # they must stay the same numbers.
-    from attention_ports import bounds
+    from attention_ports.truth import bounds
 
     assert validate.MAX_RELATIVE_BOUND == float(bounds.MAX_FIRST_ORDER.mid())
     assert validate.RESOLUTION == float(bounds.RESOLUTION.mid())
@@ -263,7 +264,7 @@ def test_the_bound_range_is_the_error_analysis_own() -> None:
 def test_every_shipped_bound_is_inside_the_range_with_room_to_spare() -> None:
     # The range check must never refuse a real bound: the loosest shipped one is ~1e-9 of its case's
     # scale, three orders of magnitude inside the 2^-20 ceiling.
-    from attention_ports.fixtures import load_case
+    from attention_ports.fixtures.store import load_case
 
     worst = 0.0
     for e in read_manifest(REPO_FIXTURES)["cases"]:

@@ -13,7 +13,7 @@ import random
 import pytest
 
 from attention_ports import cli
-from attention_ports.registry import create
+from attention_ports.runtimes.registry import create
 from tests.faults.conftest import (
     MHA,
     SDPA,
@@ -166,8 +166,8 @@ def test_a_port_that_pollutes_its_runtime_affects_nobody(lang: str) -> None:
 
 
 def create_and_run_ours(lang: str, cases: list[str]):
-    from attention_ports.fixtures import REPO_FIXTURES
-    from attention_ports.runner import run_suite
+    from attention_ports.fixtures.store import REPO_FIXTURES
+    from attention_ports.judge.runner import run_suite
 
     return run_suite(REPO_FIXTURES, [lang], {}, cases, required={lang}, progress=None)
 

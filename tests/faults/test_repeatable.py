@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from attention_ports import cli, registry
-from attention_ports.fixtures import REPO_FIXTURES
+from attention_ports import cli
+from attention_ports.fixtures.store import REPO_FIXTURES
+from attention_ports.judge.runner import run_suite
 from attention_ports.report import write_json
-from attention_ports.runner import run_suite
+from attention_ports.runtimes import registry
 from tests.faults.conftest import check_runtime
 
 RUNS = 20

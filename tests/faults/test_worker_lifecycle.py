@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attention_ports import supervisor
-from attention_ports.registry import create
+from attention_ports.runtimes import supervisor
+from attention_ports.runtimes.registry import create
 from tests.faults.conftest import SOFTMAX, alive, children_of, port, wait_for, zombies
 
 ROOT = Path(__file__).resolve().parents[2]
 # How a worker's command line names it; Julia's on a custom system image runs the image's copy of
-# the worker module (ports/julia_sysimage.py ENTRY) instead of the worker.jl file.
-WORKER_MARK = {"r": ("ports.r_worker",), "julia": ("worker.jl", "JuliaPortWorker.serve")}
+# the worker module (attention_ports/runtimes/julia/sysimage.py ENTRY) instead of the worker.jl file.
+WORKER_MARK = {"r": ("attention_ports.runtimes.r.worker",), "julia": ("worker.jl", "JuliaPortWorker.serve")}
 
 
 def _worker_of(pid: int, lang: str) -> int | None:

@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from attention_ports import protocol
-from attention_ports.supervisor import die_with_parent, worker_fds
+from attention_ports.runtimes import protocol
+from attention_ports.runtimes.supervisor import die_with_parent, worker_fds
 
 
 def read_exact(fd: int, n: int) -> bytearray | None:

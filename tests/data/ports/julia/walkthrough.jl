@@ -8,7 +8,7 @@
 #   attention-ports verify --port julia=MyPort.jl
 # An operation not listed is reported `missing` (its stub is never called); one that is listed and
 # throws is an `error` for its cases, with your message. The contract: ports/CONTRACT.md of
-# attention-ports (`python -c "from attention_ports import paths; print(paths.CONTRACT)"`).
+# attention-ports (`python -c "from attention_ports.core import paths; print(paths.CONTRACT)"`).
 #
 # Layout: Julia is feature-major, like seed 003 and NNlib: one token per COLUMN (x is d x n),
 # weights are d_out x d_in applied as W * x, attention weights are n_k x n_q (keys x queries)

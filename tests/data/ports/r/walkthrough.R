@@ -8,7 +8,7 @@
 #   attention-ports verify --port r=my_port.R
 # An operation not listed is reported `missing` (its stub is never called); one that is listed and
 # raises (stop()) is an `error` for its cases, with your message. The contract:
-# ports/CONTRACT.md of attention-ports (`python -c "from attention_ports import paths; print(paths.CONTRACT)"`).
+# ports/CONTRACT.md of attention-ports (`python -c "from attention_ports.core import paths; print(paths.CONTRACT)"`).
 #
 # Layout: R is token-major, like the reference: one token per ROW (x is n x d), weights are
 # d_in x d_out applied as x %*% W, attention weights are n_q x n_k with each ROW summing to 1.

@@ -1,0 +1,359 @@
+"""Untrusted input, checked before it is used: the fixture manifest, its files, and the catalogue.
+
+A fixture folder and a catalogue may come from anyone (a team's own fixtures, a tampered
+checkout), so nothing in them is trusted. The order is fixed: first the document's *shape* (a
+JSON Schema, fixtures/schemas/manifest.schema.json / catalogue.schema.json, loaded as
+:data:`MANIFEST_SCHEMA` / :data:`CATALOGUE_SCHEMA`: every field present, of its
+type, nothing unknown; a manifest with ``NaN`` or ``Infinity`` in it is not JSON), then what a
+schema cannot say, and only then is any file the document names opened.
+
+The manifest (``check_manifest``), before any file is read:
+  - every file it names is a relative path of plain components inside the fixture folder (no
+    ``..``, no absolute path, and still inside after symlinks are resolved; a reader of single
+    files, ``fixtures.load_array``, repeats the first two checks, since its entry came from here);
+  - every array it declares holds at most :data:`MAX_ARRAY_BYTES` (shape x dtype size), so no
+    manifest can make us allocate more than that per file; case ids are unique.
+  A violation is the whole run's error (``attention-ports`` exits 2 before running anything).
+
+Each file, when its case is loaded (``read_fixture_file``, ``check_npy``):
+  - a regular file (never a device, FIFO or directory: ``/dev/zero`` is not read) of at most
+    :data:`MAX_ARRAY_BYTES` plus its header, opened without blocking;
+  - its ``.npy`` header is parsed on its own first, must be format 1.0-3.0, little-endian or
+    byte-order free, C order, no Python objects, and agree with the manifest's shape and dtype,
+    and the file's size must be exactly header + shape x item size: only then is it loaded.
+Bounds (``check_bounds``), per case, after loading: every element of every ``bound.<name>.npy``
+  is finite, ``>= 0``, at least the resolution term of the stored formula
+  (``RESOLUTION |expected|``) and at most ``MAX_RELATIVE_BOUND`` times the case's largest finite
+  ``|expected|`` plus ``UNDERFLOW`` (``attention_ports/truth/bounds.py``: the error analysis is first
+  order and refuses any relative error above 2^-20, so a larger bound cannot come from it;
+  the loosest shipped bound is ~4e-10 of its case's scale). A tampered bound (``NaN``, ``inf``,
+  ``1e6``, negative) therefore cannot make a wrong port pass.
+  A file that fails is that case's error ("fixture error", named file and reason); the other
+  cases still run and are reported, and the run exits 2 (bad input) at the end.
+
+The catalogue (``schema_problems(raw, CATALOGUE_SCHEMA, ...)`` from ``catalogue.py``): types of
+every field, the input makers' fields, shapes of at most :data:`MAX_CATALOGUE_ELEMENTS` elements.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import math
+import os
+import re
+import stat
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import jsonschema
+import numpy as np
+
+from attention_ports.core import paths
+
+MAX_MANIFEST_BYTES = 64 << 20  # the shipped manifest is ~0.5 MiB
+MAX_CATALOGUE_BYTES = 16 << 20
+MAX_ARRAY_BYTES = 256 << 20  # per fixture file; the largest shipped one is 0.8 MiB
+MAX_NPY_HEADER = 65535 + 12  # what format 1.0's 2-byte header length allows (plus magic)
+MAX_CATALOGUE_ELEMENTS = 1 << 24  # one generated input (128 MiB of float64)
+MAX_RELATIVE_BOUND = 2.0**-20  # bounds.MAX_FIRST_ORDER
+RESOLUTION = 2.0**-46  # bounds.RESOLUTION: the stored bound's resolution term
+UNDERFLOW = 2.0**-1000  # bounds.UNDERFLOW: the stored bound's underflow allowance
+# A path component: letters, digits, '_', '-', '.', not starting with '.' (so never '.' or '..').
+_COMPONENT = "[A-Za-z0-9_][A-Za-z0-9_.-]*"
+FILE_PATTERN = f"^{_COMPONENT}(/{_COMPONENT})*[.]npy$"
+
+Error = Callable[[str], Exception]
+
+# ---------------------------------------------------------------------------------------- schemas
+# The documents' shapes are JSON Schemas (draft 2020-12) shipped with the fixtures, so that any
+# tooling can check a manifest or a catalogue (converted from TOML) without this package. The
+# masked-query convention names in the manifest's schema are attention_ports/spec/conventions.py's;
+# the dtypes, fixtures/store.py's ALLOWED_DTYPES; the input sizes, MAX_CATALOGUE_ELEMENTS
+# (tests/core/test_validate.py checks that they agree).
+SCHEMAS = paths.FIXTURES / "schemas"
+
+
+def _load_schema(name: str) -> dict[str, Any]:
+    schema = json.loads((SCHEMAS / name).read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return schema
+
+
+MANIFEST_SCHEMA: dict[str, Any] = _load_schema("manifest.schema.json")
+CATALOGUE_SCHEMA: dict[str, Any] = _load_schema("catalogue.schema.json")
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def _short(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 15] + " ... (cut)"
+
+
+def json_path(path: Iterable[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    """A schema error as a person reads it: the field, what it is, what it should be."""
+    got = _short(repr(error.instance), 80)
+    v, expected = error.validator, error.validator_value
+    if v == "type":
+        return f"must be of type {expected}, got {got}"
+    if v == "required":
+        missing = [k for k in expected if k not in error.instance]
+        return f"lacks the required field(s) {', '.join(map(repr, missing))}"
+    if v == "additionalProperties" and expected is False:
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        return f"unknown field(s) {', '.join(map(repr, extra))} (allowed: {', '.join(allowed)})"
+    if v in {"enum", "const"}:
+        options = expected if v == "enum" else [expected]
+        return f"must be one of {', '.join(map(repr, options))}, got {got}"
+    if v == "pattern":
+        return f"must match {expected}, got {got}"
+    return _short(error.message)
+
+
+def schema_problems(
+    doc: Any, schema: Mapping[str, Any], where: Callable[[Sequence[Any]], str], limit: int = 5
+) -> list[str]:
+    """Every violation of ``schema`` (the first ``limit``), each as "WHERE: what is wrong"; ``where``
+    names the place from the JSON path (a case id rather than an index, where it can)."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
+    problems = []
+    for error in errors:
+        # anyOf/oneOf failures: the deepest sub-error says the most (the literal's bad element).
+        leaf = jsonschema.exceptions.best_match([error]) if error.context else error
+        problems.append(f"{where(list(leaf.absolute_path))}: {_describe(leaf)}")
+    if len(problems) > limit:
+        problems = [*problems[:limit], f"... and {len(problems) - limit} more"]
+    return problems
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON (a number must be finite)")
+
+
+def read_regular_file(path: Path, max_bytes: int, error: Error, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``; anything else is ``error``.
+
+    Opened non-blocking and checked on the open descriptor, so a FIFO, a device (``/dev/zero``)
+    or a directory is refused before a byte is read, and a file cannot be swapped in between.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{path}: {what} is missing") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot open the {what}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{path}: not a regular file (a {_kind(st.st_mode)}); refusing to read it")
+        if st.st_size > max_bytes:
+            raise error(f"{path}: {st.st_size} bytes, more than the {max_bytes} a {what} may have")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise error(f"{path}: grew beyond {max_bytes} bytes while being read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def read_json(path: Path, max_bytes: int, error: Error, what: str) -> Any:
+    data = read_regular_file(path, max_bytes, error, what)
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        raise error(f"{path}: not valid JSON: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------------------- manifest
+def check_relative(rel: str, error: Error, where: str) -> None:
+    """``rel`` is a relative path of plain components (no '..', not absolute), ending in .npy."""
+    bad = (
+        PurePosixPath(rel).is_absolute()
+        or "\\" in rel
+        or "\0" in rel
+        or any(part in {"..", "."} for part in rel.split("/"))
+        or re.fullmatch(FILE_PATTERN, rel) is None
+    )
+    if bad:
+        raise error(
+            f"{where}: {rel!r} is not a relative path inside the fixture folder (plain names joined by '/', "
+            "ending in .npy; no '..', no absolute path)"
+        )
+
+
+def resolve_inside(root: Path, rel: str, error: Error, where: str, real_dirs: dict[str, str] | None = None) -> Path:
+    """``root / rel`` for a relative path of plain components that stays inside ``root``, symlinks
+    resolved; anything else (absolute, ``..``, a link leading out) is ``error`` naming ``where``.
+    ``real_dirs`` caches resolved folders over one manifest (a manifest names ~2,000 files)."""
+    check_relative(rel, error, where)
+    cache = real_dirs if real_dirs is not None else {}
+
+    def real(path: str) -> str:
+        if path not in cache:
+            cache[path] = os.path.realpath(path)
+        return cache[path]
+
+    base = real(os.fspath(root))
+    parent, _, name = rel.rpartition("/")
+    target = os.path.join(real(os.path.join(os.fspath(root), parent)) if parent else base, name)
+    if os.path.islink(target):
+        target = os.path.realpath(target)
+    if not target.startswith(base.rstrip(os.sep) + os.sep):
+        raise error(f"{where}: {rel!r} leads outside the fixture folder {base} (to {target}, through a symlink)")
+    return root / rel
+
+
+def array_bytes(shape: Sequence[int], dtype: str) -> int:
+    return math.prod(shape) * np.dtype(dtype).itemsize  # Python ints: no overflow at (10**15,)
+
+
+def check_manifest(manifest: Any, path: Path, root: Path, error: Error) -> None:
+    """The whole manifest, before any file it names is read (see the module docstring)."""
+
+    def where(p: Sequence[Any]) -> str:
+        if len(p) >= 2 and p[0] == "cases" and isinstance(p[1], int):
+            try:
+                case_id = manifest["cases"][p[1]]["id"]
+            except (KeyError, IndexError, TypeError):
+                case_id = None
+            label = f"case {case_id!r} (cases[{p[1]}])" if isinstance(case_id, str) else f"cases[{p[1]}]"
+            rest = json_path(p[2:])
+            return f"{path}: {label}" + (f", field {rest!r}" if p[2:] else "")
+        return f"{path}: field {json_path(p)!r}" if p else f"{path}"
+
+    if isinstance(manifest, dict) and manifest.get("format_version") != 2:
+        raise error(
+            f"{path}: format_version {manifest.get('format_version')!r} is not 2 "
+            f"(regenerate with `attention-ports generate --out {root}`)"
+        )
+    problems = schema_problems(manifest, MANIFEST_SCHEMA, where)
+    if problems:
+        raise error("the manifest is malformed:\n  " + "\n  ".join(problems))
+    seen: set[str] = set()
+    real_dirs: dict[str, str] = {}
+    for i, case in enumerate(manifest["cases"]):
+        if case["id"] in seen:
+            raise error(f"{where(['cases', i, 'id'])}: case id {case['id']!r} appears twice")
+        seen.add(case["id"])
+        groups: list[tuple[list[Any], dict[str, Any]]] = [(["cases", i, k], case[k]) for k in ("inputs", "expected")]
+        for conv, metas in case.get("masked_query", {}).get("expected", {}).items():
+            groups.append((["cases", i, "masked_query", "expected", conv], metas))
+        for at, metas in groups:
+            for name, meta in metas.items():
+                fields = ["file", "bound_file"] if "bound_file" in meta else ["file"]
+                for f in fields:
+                    resolve_inside(root, meta[f], error, where([*at, name, f]), real_dirs)
+                size = array_bytes(meta["shape"], meta["dtype"])
+                if size > MAX_ARRAY_BYTES:
+                    raise error(
+                        f"{where([*at, name, 'shape'])}: {meta['shape']} of {meta['dtype']} is "
+                        f"{size} bytes, more than the {MAX_ARRAY_BYTES} a fixture array may have"
+                    )
+
+
+# ---------------------------------------------------------------------------------------- arrays
+def check_npy(path: Path, data: bytes, shape: Sequence[int], dtype: str, error: Error) -> None:
+    """The ``.npy`` header of ``data`` parsed alone and checked against the manifest's shape and
+    dtype and the file's length, before any array is made from it."""
+    fh = io.BytesIO(data[:MAX_NPY_HEADER])
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version not in {(1, 0), (2, 0), (3, 0)}:
+            raise ValueError(f"unsupported .npy format version {version}")
+        hlen_size = 2 if version == (1, 0) else 4
+        hlen = int.from_bytes(fh.read(hlen_size), "little")
+        header = fh.read(hlen)
+        if len(header) != hlen:
+            raise ValueError("the header is cut short")
+        meta = ast.literal_eval(header.decode("latin1" if version != (3, 0) else "utf8"))
+        if not isinstance(meta, dict) or set(meta) != {"descr", "fortran_order", "shape"}:
+            raise ValueError(f"a header must have exactly descr, fortran_order and shape, got {meta!r}")
+        descr, fortran, hshape = meta["descr"], meta["fortran_order"], meta["shape"]
+        if not isinstance(descr, str) or descr not in {"<f8", "<i8", "|b1"}:
+            raise ValueError(f"dtype {descr!r} is not one a fixture may hold (little-endian float64, int64, bool)")
+        if fortran is not False:
+            raise ValueError("Fortran order: fixtures are C order")
+        if not isinstance(hshape, tuple) or not all(isinstance(n, int) and n >= 0 for n in hshape):
+            raise ValueError(f"shape {hshape!r} is not a tuple of sizes")
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+        raise error(f"{path}: not a readable .npy file: {_short(str(exc))}") from None
+    hdtype = np.dtype(descr).name
+    if hdtype != dtype or list(hshape) != list(shape):
+        raise error(f"{path}: its header says {hdtype}{list(hshape)}, the manifest says {dtype}{list(shape)}")
+    want = fh.tell() + array_bytes(hshape, hdtype)
+    if len(data) != want:
+        raise error(
+            f"{path}: {len(data)} bytes, but its header ({hdtype}{list(hshape)}) needs exactly {want}: "
+            "truncated or padded"
+        )
+
+
+def check_bounds(
+    case_id: str,
+    outputs: Mapping[str, tuple[np.ndarray, np.ndarray, Path]],
+    error: Error,
+    limits: tuple[int, int, int] = (-20, -46, -1000),
+) -> None:
+    """Every bound of one case within what the error analysis can produce (module docstring).
+
+    ``outputs``: name -> (expected, bound, bound file). ``limits``: the exponents of the largest
+    relative bound, the resolution and the underflow allowance of the fixtures' precision
+    (float64's by default; a precision tier's from attention_ports/spec/precision.py).
+    """
+    max_relative, resolution, underflow = (2.0**e for e in limits)
+    scale = 0.0
+    for expected, _, _ in outputs.values():
+        finite = np.abs(expected[np.isfinite(expected)])
+        if finite.size:
+            scale = max(scale, float(finite.max()))
+    ceiling = max_relative * scale + underflow
+    for name, (expected, bound, path) in outputs.items():
+        label = f"{path}: the bound of case {case_id!r}, output {name!r},"
+        if bound.dtype != np.float64 or bound.shape != expected.shape:
+            raise error(f"{label} is {bound.dtype}{list(bound.shape)}, not float64{list(expected.shape)}")
+        if not np.isfinite(bound).all():
+            i = tuple(int(j) for j in np.argwhere(~np.isfinite(bound))[0])
+            raise error(f"{label} holds {bound[i]} at {list(i)}: every bound must be finite")
+        if (bound < 0).any():
+            i = tuple(int(j) for j in np.argwhere(bound < 0)[0])
+            raise error(f"{label} holds {bound[i]} at {list(i)}: a bound cannot be negative")
+        if bound.size and float(bound.max()) > ceiling:
+            i = tuple(int(j) for j in np.unravel_index(int(np.argmax(bound)), bound.shape))
+            raise error(
+                f"{label} allows {bound[i]:.3e} at {list(i)}, more than 2^{limits[0]} of the case's largest |value| "
+                f"({scale:.3e}): no error analysis gives that (attention_ports/core/validate.py)"
+            )
+        with np.errstate(invalid="ignore"):
+            floor = resolution * np.abs(expected)
+            low = np.isfinite(expected) & (bound < floor)
+        if low.any():
+            i = tuple(int(j) for j in np.argwhere(low)[0])
+            raise error(
+                f"{label} allows only {bound[i]:.3e} at {list(i)}, below 2^{limits[1]} of |expected| ({floor[i]:.3e}), "
+                "the resolution every stored bound includes (attention_ports/truth/bounds.py)"
+            )

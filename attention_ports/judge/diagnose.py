@@ -1,0 +1,777 @@
+"""Why an output failed, when a known porting mistake explains it: at most one line per output.
+
+Every diagnosis is a hypothesis tested on the numbers, never a guess from the message: the right
+answer is transformed the way the mistake would transform it (transposed, multiplied by a
+constant, shifted by one query), or recomputed with the mistake (the scores scaled by another
+factor, the mask applied another way, another convention for a query with no key), and the port's
+array must fit that everywhere. The transforms of the exact answer are judged with the case's own
+bounds; a recomputation by the NumPy reference with the bounds widened by float64's own rounding
+(``_fits``). A mistake that fits nowhere gets no line: a wrong hint is worse than none.
+
+A mistake must also explain the numbers better than rounding does (issue 19; the rule and its
+derivation: docs/ports.md, "When a diagnosis is named"). The competing explanation is
+"a correct formulation, rounded at a larger scale than the bound models" (a log-domain softmax
+rounds ``x - lse`` at |x|, not at |x - max|): every element within ``ROUNDING_MULTIPLE`` times its
+bound, or within ``ROUNDING_RELATIVE`` = sqrt(u) of the output's magnitude. A difference that
+small gets no diagnosis at all (``_rounding_sized``); a larger one is blamed on a mistake only
+when the mistake's result leaves at most 1/``SEPARATION`` of the observed error, in units of the
+bound (``_separates``).
+
+Checks, most specific first (the first that fits is the diagnosis):
+
+1. axes: the array is the expected one with its axes permuted (a transpose), whatever the shape
+   says: names the contract's layout rule in the port's language that was broken;
+2. masked query: wrong only in the rows of queries whose mask removes every key, and right under
+   another ``masked_query`` convention (the exact truth recomputed with it): declare it;
+3. scale: the scores scaled by another factor (1, 1/sqrt(d_v), 1/sqrt(d_model), 1/d_k, the scale
+   applied twice or as a divisor): names the factor and the likely cause;
+4. mask: the mask ignored, subtracted, scaled with the scores, read as a boolean, transposed, or a
+   causal mask off by one diagonal;
+5. constant: the array is a constant multiple of the expected one: names the constant (-1, 2,
+   sqrt(2), n, sqrt(d_k), sqrt(d_k/d_model), ...) and a likely cause;
+6. whole array: a softmax normalised over the whole array instead of per query (per vector):
+   each query's slice is the expected one times its own factor, and the factors sum to 1;
+7. row shift: each query's result one query early or late (an index slip);
+8. mask rows: wrong only in the queries the mask acts on, the others right (no variant above fits).
+
+Nothing here changes a verdict; an exception inside a check only drops that check's hint.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attention_ports.fixtures.store import Case
+from attention_ports.judge.compare import agree
+from attention_ports.spec import ops, precision
+from attention_ports.spec.conventions import CONVENTIONS
+from attention_ports.spec.ops import Role
+from attention_ports.spec.portview import PortView, layout_rule
+from attention_ports.truth import engine as truth
+
+CONVENTION_OF = {
+    "zeros": "zero weights and a zero output: the reference, PyTorch >= 2.5",
+    "nan": "NaN weights and output: NNlib.jl, PyTorch before 2.5",
+    "uniform": "weights 1/n_k and the mean of the values: the CRAN attention package",
+}
+# A recomputation by the float64 reference is itself rounded: allow this relative slack on top of
+# four times the element's bound (every shipped bound exceeds one float64 attention's own error).
+REFERENCE_SLACK = 1e-12
+# The rounding alternative a mistake must beat (docs, "When a diagnosis is named"): a correct
+# formulation's error is at most a few times the element's bound (the multiple ``_fits`` allows a
+# recomputation), or, rounded at a larger scale than the bound models, still a tiny fraction of
+# the output: sqrt(u) sits halfway, in orders of magnitude, between rounding (u times a modest
+# condition number) and a wrong formula (an O(1) relative change), and no case's condition number
+# comes near 1/sqrt(u) ~ 6.7e7.
+ROUNDING_MULTIPLE = 4.0
+ROUNDING_RELATIVE = math.sqrt(np.finfo(np.float64).eps)
+# A mistake explains the numbers when its result is at least this many times closer to the port's
+# (worst element, in units of the bound) than the expected result is: it removes 90% of the error.
+SEPARATION = 10.0
+MASKED_OPS = ("scaled_dot_product_attention", "self_attention", "multi_head_attention")
+# Which axis of an output indexes the queries, by layout role (reference layout).
+_QUERY_AXIS = {Role.TOKENS: 0, Role.SCORES: 0, Role.ROWS: 0, Role.HEAD_SCORES: 1}
+
+
+@dataclass(frozen=True)
+class Context:
+    case: Case
+    output: str
+    expected: np.ndarray
+    bound: np.ndarray
+    actual: np.ndarray
+    view: PortView | None
+    masked_query: str
+    role: Role | None
+
+    @property
+    def language(self) -> str:
+        return self.view.language if self.view is not None else "reference"
+
+    def name(self) -> str:
+        return self.view.name if self.view is not None else self.output
+
+    def queries(self, rows: list[int]) -> str:
+        """Query positions as the port counts them."""
+        shown = ", ".join(str(i + (1 if self.view is not None else 0)) for i in rows[:8])
+        more = f" and {len(rows) - 8} more" if len(rows) > 8 else ""
+        word = "query" if len(rows) == 1 else "queries"
+        return f"{word} {shown}{more}" + ("" if self.view is not None else " (0-based)")
+
+    def port_axis_word(self, ref_axis: int) -> str:
+        """'row' or 'column': where a reference axis lands in the port's layout (2-D)."""
+        ndim = self.expected.ndim
+        axes = self.view.axes(ndim) if self.view is not None else tuple(range(ndim))
+        pos = axes.index(ref_axis)
+        return ("row", "column")[pos] if ndim == 2 else f"index {pos + 1}"
+
+
+def explain(
+    case: Case,
+    output: str,
+    actual: np.ndarray,
+    view: PortView | None = None,
+    masked_query: str = "zeros",
+    expected: np.ndarray | None = None,
+    bound: np.ndarray | None = None,
+) -> str:
+    """The diagnosis of one failing output (``""`` when no known mistake fits).
+
+    ``expected``/``bound`` default to the case's stored ones (a convention's own expected files
+    may be passed instead); ``masked_query`` is the convention the port declared.
+    """
+    exp = case.expected[output]
+    try:
+        role = ops.get(case.op).role(output)
+    except KeyError:
+        role = None
+    ctx = Context(
+        case,
+        output,
+        np.asarray(exp.array if expected is None else expected, dtype=np.float64),
+        np.asarray(exp.bound if bound is None else bound, dtype=np.float64),
+        np.asarray(actual, dtype=np.float64),
+        view,
+        masked_query,
+        role,
+    )
+    if _rounding_sized(ctx):
+        return ""  # rounding within a correct formulation explains it: no mistake is named
+    if _float32_sized(ctx.expected, ctx.actual, ctx.bound):
+        return _precision_diagnosis(ctx.language)  # a lower precision explains it: no logic bug is named
+    for check in CHECKS:
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                line = check(ctx)
+        except Exception:  # a hint must never cost a verdict
+            line = ""
+        if line:
+            return line
+    return ""
+
+
+# ---------------------------------------------------------------- fitting
+
+
+def _fits_exact(candidate: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> bool:
+    """``actual`` agrees with a transform of the exact answer (its bounds transformed alike)."""
+    return candidate.shape == actual.shape and bool(agree(candidate, actual, bound).all())
+
+
+def _fits(candidate: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> bool:
+    """``actual`` agrees with a float64 recomputation (rounded itself: widened bounds)."""
+    if candidate.shape != actual.shape:
+        return False
+    return bool(agree(candidate, actual, _slack(candidate, bound)).all())
+
+
+def _slack(candidate: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """The bound a float64 recomputation is judged with: four times the element's, plus its own rounding."""
+    return 4 * bound + REFERENCE_SLACK * np.maximum(1.0, np.abs(np.nan_to_num(candidate, posinf=0, neginf=0)))
+
+
+def _rounding_sized(ctx: Context) -> bool:
+    """The difference is one a correct formulation could make: the same shape and the same
+    non-finite pattern, and every finite element within ``ROUNDING_MULTIPLE`` times its bound or
+    within ``ROUNDING_RELATIVE`` of the output's largest expected magnitude."""
+    e, a, b = ctx.expected, ctx.actual, ctx.bound
+    if e.shape != a.shape:
+        return False
+    fin = np.isfinite(e)
+    if not (np.isfinite(a) == fin).all() or not agree(e[~fin], a[~fin], b[~fin]).all():
+        return False
+    scale = float(np.abs(e[fin]).max()) if fin.any() else 0.0
+    tolerance = np.maximum(ROUNDING_MULTIPLE * b[fin], ROUNDING_RELATIVE * scale)
+    return bool((np.abs(a[fin] - e[fin]) <= tolerance).all())
+
+
+# ---------------------------------------------------------------- the precision diagnosis (issue 17)
+
+
+def _float32_sized(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> bool:
+    """A float64 judgement's difference is float32's rounding: same shape, same non-finite
+    pattern, and every finite element within the float64 bound scaled to float32's unit roundoff.
+
+    A float64 bound is ``2 B + 2^-46 |e| + 2^-1000`` with B linear in u to first order; times
+    2^29 = u32 / u64 it is float32's ``2 B + 2^-17 |e|`` (its RESOLUTION), the float32 bound at
+    these inputs up to the rounding of the inputs themselves, which the rules' relative input
+    perturbations (the products' gamma(k), the softmax's C_IN) take in. (:func:`explain` calls
+    this only after float64's own rounding failed to explain the numbers.)
+    """
+    if expected.shape != actual.shape:
+        return False
+    fin = np.isfinite(expected)
+    if not (np.isfinite(actual) == fin).all() or not (np.isnan(actual) == np.isnan(expected)).all():
+        return False
+    ratio = precision.FORMATS["float32"].u / precision.FORMATS["float64"].u
+    diff = np.abs(actual[fin] - expected[fin])
+    if not fin.any() or not (diff <= ratio * bound[fin]).all():
+        return False
+    # ... and float32-sized somewhere: a worst error of at least u32 / 8 of the output's magnitude,
+    # which float64 rounding (u times any condition number of the catalogue) never reaches
+    return bool(diff.max() >= precision.FORMATS["float32"].u / 8 * float(np.abs(expected[fin]).max()))
+
+
+def _precision_diagnosis(language: str) -> str:
+    """The line for a port whose float64 failures are float32's rounding."""
+    how = {
+        "Julia": 'declare it with const attention_ports = (precision = "float32",) (or run verify --precision float32)',
+        "R": "R computes in double only: something in the port converts to single precision (a float32 library call?)",
+    }.get(language, "run verify --precision float32")
+    return (
+        "every error is within float32's rounding (the bound at u = 2^-24): the port computes in float32, "
+        f"and is judged here at float64; {how}"
+    )
+
+
+def _separates(candidate: np.ndarray, actual: np.ndarray, expected: np.ndarray, bound: np.ndarray) -> bool:
+    """The mistake's result is ``SEPARATION`` times closer to the port's than the expected one is,
+    at the worst element, both distances in units of the element's bound: the same yardstick for
+    both explanations. Elements non-finite in any of the three are the fit's business."""
+    if candidate.shape != actual.shape or expected.shape != actual.shape:
+        return True  # a shape the expected array does not have: no rounding gives it
+    fin = np.isfinite(candidate) & np.isfinite(actual) & np.isfinite(expected)
+    if not agree(expected[~fin], actual[~fin], bound[~fin]).all() or not fin.any():
+        return True  # a NaN or an infinity out of place: no rounding gives it either
+    unit = np.maximum(bound[fin], np.finfo(np.float64).tiny)
+    residual = float((np.abs(actual[fin] - candidate[fin]) / unit).max())
+    observed = float((np.abs(actual[fin] - expected[fin]) / unit).max())
+    return residual * SEPARATION <= observed
+
+
+def _explains(ctx: Context, candidate: np.ndarray) -> bool:
+    """``_separates`` for the whole output."""
+    return _separates(candidate, ctx.actual, ctx.expected, ctx.bound)
+
+
+# ---------------------------------------------------------------- 1. axes
+
+
+def _check_axes(ctx: Context) -> str:
+    exp, act = ctx.expected, ctx.actual
+    if exp.ndim < 2 or exp.ndim != act.ndim:
+        return ""
+    for perm in itertools.permutations(range(exp.ndim)):
+        if perm == tuple(range(exp.ndim)) or exp.transpose(perm).shape != act.shape:
+            continue
+        candidate, cand_bound = exp.transpose(perm), ctx.bound.transpose(perm)
+        if not _fits_exact(candidate, act, cand_bound) or not _explains(ctx, candidate):
+            continue
+        if exp.shape == act.shape and _fits_exact(exp, exp.transpose(perm), ctx.bound):
+            continue  # a symmetric array: its transpose proves nothing
+        return _axes_line(ctx, perm)
+    return ""
+
+
+def _axes_line(ctx: Context, perm: tuple[int, ...]) -> str:
+    ndim = ctx.expected.ndim
+    names = ops.AXIS_NAMES.get(ctx.role) if ctx.role is not None else None
+    if ctx.view is not None:
+        port_axes = ctx.view.axes(ndim)
+        # actual_port = expected_ref.transpose(perm).transpose(port_axes): the port's axis i holds
+        # reference axis perm[port_axes[i]].
+        got = [perm[a] for a in port_axes]
+        rule = ctx.view.rule(ndim)
+    else:
+        got = list(perm)
+        rule = layout_rule("reference", ctx.output, names)
+    what = "the transpose of the expected array" if ndim == 2 else "the expected array with its axes permuted"
+    returned = f" (the port returned {' x '.join(names[a] for a in got)})" if names and len(names) == ndim else ""
+    return f"{ctx.name()} is {what}: the contract's {rule}{returned}"
+
+
+# ---------------------------------------------------------------- 2. a query with no key
+
+
+def _additive_mask(case: Case) -> np.ndarray | None:
+    if "mask" not in case.inputs:
+        return None
+    m = np.asarray(case.inputs["mask"])
+    return np.where(m, 0.0, -np.inf) if m.dtype == np.bool_ else m.astype(np.float64)
+
+
+def _dead_queries(case: Case) -> list[int]:
+    """Queries with no key to attend to: a mask row (softmax: an input row) all -inf."""
+    if case.op == "softmax":
+        x = np.asarray(case.inputs["x"], dtype=np.float64)
+        return [int(i) for i in np.flatnonzero(np.all(np.isneginf(x), axis=-1))] if x.ndim == 2 else []
+    mask = _additive_mask(case) if case.op in MASKED_OPS else None
+    if mask is None or mask.ndim != 2:
+        return []
+    return [int(i) for i in np.flatnonzero(np.all(np.isneginf(mask), axis=1))]
+
+
+def _bad_queries(ctx: Context) -> list[int] | None:
+    """The query rows holding a mismatch (None when the output has no query axis)."""
+    axis = _QUERY_AXIS.get(ctx.role) if ctx.role is not None else None
+    if axis is None or ctx.expected.shape != ctx.actual.shape or ctx.expected.ndim <= axis:
+        return None
+    bad = ~agree(ctx.expected, ctx.actual, ctx.bound)
+    other = tuple(a for a in range(bad.ndim) if a != axis)
+    return [int(i) for i in np.flatnonzero(bad.any(axis=other))]
+
+
+def _declaration(ctx: Context, convention: str) -> str:
+    if ctx.language == "R":
+        return f'attention_ports <- list(masked_query = "{convention}")'
+    if ctx.language == "Julia":
+        return f'const attention_ports = (masked_query = "{convention}",)'
+    return f'masked_query = "{convention}"'
+
+
+def _check_masked_query(ctx: Context) -> str:
+    dead = _dead_queries(ctx.case)
+    bad = _bad_queries(ctx)
+    if not dead or not bad or not set(bad) <= set(dead):
+        return ""
+    found = ""
+    if ctx.case.op in MASKED_OPS:
+        for convention in CONVENTIONS:
+            if convention == ctx.masked_query:
+                continue
+            result = truth.compute(ctx.case.op, ctx.case.inputs, ctx.case.options, masked_query=convention)
+            if ctx.output in result:
+                expected, bound = result[ctx.output]
+                if _fits_exact(expected, ctx.actual, bound) and _explains(ctx, expected):
+                    found = convention
+                    break
+    axis = _QUERY_AXIS[ctx.role]  # type: ignore[index]
+    rows = np.take(ctx.actual, dead, axis=axis)
+    gives = "NaN" if np.isnan(rows).all() else "zeros" if (rows == 0).all() else "other values"
+    wants = "zeros" if ctx.masked_query == "zeros" else ctx.masked_query
+    where = f"wrong only in the {ctx.queries(bad)}, whose mask removes every key"
+    if not found:
+        return f"{where}: the port gives {gives} there where this case expects the {wants} convention"
+    return (
+        f"{where}: the port follows the {found!r} convention there ({CONVENTION_OF[found]}) and is judged by "
+        f"{wants!r}; if {found!r} is its convention, declare it: {_declaration(ctx, found)} "
+        f"(ports/CONTRACT.md, masked_query)"
+    )
+
+
+# ---------------------------------------------------------------- 3./4. recomputed with the mistake
+
+
+def _dims(case: Case) -> dict[str, int]:
+    """The case's sizes by the names a port author uses for them."""
+    ins = case.inputs
+    shape: Callable[[str], tuple[int, ...]] = lambda n: tuple(np.shape(ins[n])) if n in ins else ()  # noqa: E731
+    dims: dict[str, int] = {}
+    if case.op == "softmax":
+        if shape("x"):
+            dims["n"] = shape("x")[-1]
+    elif case.op == "scaled_dot_product_attention":
+        (dims["n_q"], dims["d_k"]), (dims["n_k"], dims["d_v"]) = shape("q"), shape("v")
+    elif case.op == "self_attention":
+        dims["n"], dims["d_model"] = shape("x")
+        dims["d_k"], dims["d_v"] = shape("w_q")[1], shape("w_v")[1]
+    elif case.op == "multi_head_attention":
+        dims["n_q"], dims["d_model"] = shape("query")
+        dims["n_k"] = shape("key")[0]
+        dims["h"] = int(case.options.get("num_heads") or 1)
+        dims["d_head"] = dims["d_model"] // dims["h"]
+    elif case.op.startswith("classifier"):
+        if shape("params.w_q"):
+            dims["d"] = shape("params.w_q")[0]
+        if shape("params.w_f"):
+            dims["c"] = shape("params.w_f")[1]
+        if shape("x_emb"):
+            dims["n"] = shape("x_emb")[0]
+    return {k: int(v) for k, v in dims.items() if int(v) > 1}
+
+
+def _reference(op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    from attention_ports.runtimes.builtin import call_reference
+
+    return call_reference(op, inputs, options)
+
+
+def _mha_scaled(inputs: Mapping[str, np.ndarray], options: Mapping[str, Any], scale: float) -> dict[str, np.ndarray]:
+    """Multi-head attention with every head's scores scaled by ``scale`` (the reference fixes it)."""
+    import attention_ports.reference as reference
+
+    def project(x: str, w: str, b: str) -> np.ndarray:
+        out = np.asarray(inputs[x], dtype=np.float64) @ np.asarray(inputs[w], dtype=np.float64)
+        return out + np.asarray(inputs[b], dtype=np.float64) if b in inputs else out
+
+    q, k, v = project("query", "w_q", "b_q"), project("key", "w_k", "b_k"), project("value", "w_v", "b_v")
+    h = int(options["num_heads"])
+    d_head = q.shape[1] // h
+    heads, weights = [], []
+    for i in range(h):
+        cols = slice(i * d_head, (i + 1) * d_head)
+        res = reference.scaled_dot_product_attention(q[:, cols], k[:, cols], v[:, cols], inputs.get("mask"), scale)
+        heads.append(res.output)
+        weights.append(res.weights)
+    out = np.concatenate(heads, axis=1) @ np.asarray(inputs["w_o"], dtype=np.float64)
+    if "b_o" in inputs:
+        out = out + np.asarray(inputs["b_o"], dtype=np.float64)
+    return {"output": out, "weights": np.stack(weights)}
+
+
+# Recomputations are shared by a case's outputs (self-attention has five): a few cases' worth.
+_RERUNS: OrderedDict[tuple[int, str], tuple[Case, dict[str, np.ndarray] | None]] = OrderedDict()
+
+
+def _rerun(case: Case, key: str, run: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray] | None:
+    hit = _RERUNS.get((id(case), key))
+    if hit is not None and hit[0] is case:
+        return hit[1]
+    try:
+        result: dict[str, np.ndarray] | None = run()
+    except Exception:  # the mistake cannot be recomputed (e.g. a +inf score): no hint from it
+        result = None
+    _RERUNS[(id(case), key)] = (case, result)
+    while len(_RERUNS) > 64:
+        _RERUNS.popitem(last=False)
+    return result
+
+
+def _fits_variant(ctx: Context, key: str, run: Callable[[], dict[str, np.ndarray]]) -> bool:
+    result = _rerun(ctx.case, key, run)
+    if result is None or ctx.output not in result or not _fits(result[ctx.output], ctx.actual, ctx.bound):
+        return False
+    return _explains(ctx, result[ctx.output])
+
+
+def _scale_candidates(case: Case) -> tuple[str, float, list[tuple[str, float, str]]]:
+    """(name of the case's scale, its value, [(name, value, likely cause)]) for the scores."""
+    d = _dims(case)
+    if case.op == "multi_head_attention":
+        dh, dm = d.get("d_head", 1), d.get("d_model", 1)
+        want = ("1/sqrt(d_head)", 1 / math.sqrt(dh))
+        cands = [
+            ("1/sqrt(d_model)", 1 / math.sqrt(dm), "every head scaled by the model width d_model instead of d_head"),
+            ("1", 1.0, "the scores are never scaled"),
+            ("1/d_head", 1 / dh, "divided by d_head instead of sqrt(d_head)"),
+            ("sqrt(d_head)", math.sqrt(dh), "multiplied by sqrt(d_head) instead of divided"),
+        ]
+        return want[0], want[1], cands
+    dk, dv = d.get("d_k", 1), d.get("d_v", 1)
+    given = case.options.get("scale")
+    want = ("the given scale", float(given)) if given is not None else ("1/sqrt(d_k)", 1 / math.sqrt(dk))
+    cands = [
+        ("1", 1.0, "the scale is never applied" if given is not None else "the scores are never scaled"),
+        ("1/sqrt(d_k)", 1 / math.sqrt(dk), "the given scale is ignored: the default 1/sqrt(d_k) is used"),
+        ("1/sqrt(d_v)", 1 / math.sqrt(dv), "the default scale uses d_v (the value width) instead of d_k"),
+        ("1/d_k", 1 / dk, "divided by d_k instead of sqrt(d_k)"),
+        ("sqrt(d_k)", math.sqrt(dk), "multiplied by sqrt(d_k) instead of divided"),
+    ]
+    if "d_model" in d:
+        cands.append(
+            ("1/sqrt(d_model)", 1 / math.sqrt(d["d_model"]), "the default scale uses x's width d_model instead of d_k")
+        )
+    if given is not None and given not in (0.0, 1.0):
+        s = float(given)
+        cands += [
+            ("1/scale", 1 / s, "the given scale is used as a divisor (a temperature), not a factor"),
+            ("scale^2", s * s, "the scale is applied twice"),
+        ]
+    return want[0], want[1], cands
+
+
+def _check_scale(ctx: Context) -> str:
+    if ctx.case.op not in MASKED_OPS or ctx.output not in ("weights", "output"):
+        return ""
+    want_name, want, cands = _scale_candidates(ctx.case)
+    for name, value, cause in cands:
+        if math.isclose(value, want, rel_tol=1e-12):
+            continue
+        if ctx.case.op == "multi_head_attention":
+            run = lambda v=value: _mha_scaled(ctx.case.inputs, ctx.case.options, v)  # noqa: E731
+        else:
+            run = lambda v=value: _reference(ctx.case.op, ctx.case.inputs, {**ctx.case.options, "scale": v})  # noqa: E731
+        if _fits_variant(ctx, f"scale={value!r}", run):
+            return (
+                f"the scores are scaled by {name} = {value:.4g} where this case wants {want_name} = {want:.4g}: {cause}"
+            )
+    return ""
+
+
+def _is_causal(mask: np.ndarray) -> bool:
+    n_q, n_k = mask.shape
+    return n_q == n_k and n_q > 1 and bool(np.array_equal(mask, np.where(np.tri(n_q, dtype=bool), 0.0, -np.inf)))
+
+
+def _mask_variants(ctx: Context) -> list[tuple[str, np.ndarray | None]]:
+    mask = _additive_mask(ctx.case)
+    if mask is None:
+        return []
+    variants: list[tuple[str, np.ndarray | None]] = []
+    if _is_causal(mask):
+        n = mask.shape[0]
+        variants += [
+            (
+                "the causal mask is off by one diagonal: each query also sees the next key",
+                np.where(np.tri(n, k=1, dtype=bool), 0.0, -np.inf),
+            ),
+            (
+                "the causal mask is off by one diagonal: each query misses its own key",
+                np.where(np.tri(n, k=-1, dtype=bool), 0.0, -np.inf),
+            ),
+        ]
+    scale = ctx.case.options.get("scale")
+    if scale is None and ctx.case.op == "scaled_dot_product_attention":
+        scale = 1 / math.sqrt(np.shape(ctx.case.inputs["q"])[1])
+    elif scale is None and ctx.case.op == "self_attention":
+        scale = 1 / math.sqrt(np.shape(ctx.case.inputs["w_q"])[1])
+    finite = mask[np.isfinite(mask)]
+    biased = bool(finite.size and (finite != 0).any())  # finite nonzero entries: a bias, not a cut
+    if biased and not np.isneginf(mask).any():
+        variants.append(("the mask is never applied, or only its -Inf entries (this mask has none)", None))
+    else:
+        variants.append(("the mask is never applied", None))
+    if biased:
+        variants.append(("the mask is subtracted instead of added", -mask if not np.isneginf(mask).any() else None))
+        boolean = np.where(np.isneginf(mask), -np.inf, 0.0)
+        if np.isneginf(mask).any():
+            variants.append(("only the mask's -Inf entries are applied (read as a boolean)", boolean))
+        if scale is not None and scale != 1.0 and ctx.case.op != "multi_head_attention":
+            variants.append(("the mask is added before the scaling (scaled with the scores)", mask * scale))
+    if mask.shape[0] == mask.shape[1] and not np.array_equal(mask, mask.T):
+        if ctx.language == "Julia":
+            what = "the mask is applied transposed; Julia's mask already is key x query, like its scores"
+        else:
+            what = "the mask is applied transposed (as key x query)"
+        variants.append((what, mask.T))
+    return variants
+
+
+def _check_mask(ctx: Context) -> str:
+    if ctx.case.op not in MASKED_OPS or ctx.output not in ("weights", "output"):
+        return ""
+    for i, (what, variant) in enumerate(_mask_variants(ctx)):
+        if variant is None and "never applied" not in what:
+            continue
+        inputs = {k: v for k, v in ctx.case.inputs.items() if k != "mask"}
+        if variant is not None:
+            inputs["mask"] = variant
+        if _fits_variant(ctx, f"mask#{i}:{what}", lambda ins=inputs: _reference(ctx.case.op, ins, ctx.case.options)):
+            return f"right for a different mask: {what}"
+    return ""
+
+
+# ---------------------------------------------------------------- 5. a constant factor
+
+
+def _constants(case: Case) -> list[tuple[str, float, str]]:
+    """Named constants, plain numbers first, each with its likely cause."""
+    dims = _dims(case)
+    out: list[tuple[str, float, str]] = [
+        ("-1", -1.0, "the sign is flipped (a subtraction reversed, gradient ascent instead of descent)"),
+        ("2", 2.0, "a term counted twice (or the 2 of a squared error's derivative)"),
+        ("1/2", 0.5, "a term halved (a mean over two, or a missing factor 2)"),
+        ("sqrt(2)", math.sqrt(2), "a dimension doubled inside a square root (sqrt(d_model) vs sqrt(d_k)?)"),
+        ("1/sqrt(2)", 1 / math.sqrt(2), "a dimension doubled inside a square root (sqrt(d_model) vs sqrt(d_k)?)"),
+    ]
+    for name, v in dims.items():
+        sum_or_mean = name in ("n", "n_q", "n_k")
+        out += [
+            (
+                name,
+                float(v),
+                f"a factor {name} = {v} too many" + (" (a sum where the mean is meant?)" if sum_or_mean else ""),
+            ),
+            (
+                f"1/{name}",
+                1.0 / v,
+                f"divided by {name} = {v} once too often"
+                + (" (a mean where the sum is meant?)" if sum_or_mean else ""),
+            ),
+            (f"sqrt({name})", math.sqrt(v), f"a 1/sqrt({name}) factor is missing (the scale's, in a chain rule?)"),
+            (f"1/sqrt({name})", 1 / math.sqrt(v), f"a 1/sqrt({name}) factor too many (the scale applied twice?)"),
+        ]
+    for (a, va), (b, vb) in itertools.permutations(dims.items(), 2):
+        if va != vb:
+            out.append(
+                (
+                    f"sqrt({a}/{b})",
+                    math.sqrt(va / vb),
+                    f"1/sqrt({b}) used where 1/sqrt({a}) is meant (e.g. sqrt(d_k) vs sqrt(d_model))",
+                )
+            )
+    return out + [(f"-{n}", -v, c) for n, v, c in out[1:]]
+
+
+def _sizes_equal_to(case: Case, value: float) -> str:
+    """' (or a size of the case: n_q)': the case's sizes a plain constant could also stand for."""
+    dims = _dims(case)
+    a = abs(value)
+    hits = [k for k, v in dims.items() if math.isclose(a, v) or math.isclose(a, 1 / v)]
+    hits += [f"sqrt({k})" for k, v in dims.items() if math.isclose(a * a, v) or math.isclose(a * a, 1 / v)]
+    return f" (or a size of the case: {', '.join(hits)})" if hits else ""
+
+
+def _check_constant(ctx: Context) -> str:
+    e, a = ctx.expected, ctx.actual
+    if e.shape != a.shape or not np.array_equal(np.isfinite(e), np.isfinite(a)):
+        return ""
+    use = np.isfinite(e) & (np.abs(e) > ctx.bound)
+    if use.sum() < 2:
+        return ""
+    c = float(np.dot(a[use], e[use]) / np.dot(e[use], e[use]))
+    if not math.isfinite(c) or c == 0 or math.isclose(c, 1.0, rel_tol=1e-6):
+        return ""
+    fin = np.isfinite(e)
+    slack = 4 * abs(c) * ctx.bound + 4 * np.spacing(np.abs(c * e))
+    if not (np.abs(a[fin] - c * e[fin]) <= slack[fin]).all() or not _explains(ctx, c * e):
+        return ""
+    for name, value, cause in _constants(ctx.case):
+        if math.isclose(c, value, rel_tol=1e-9):
+            named = name if _is_number(name) else f"{name} = {value:.6g}"
+            plain = name.lstrip("-") in ("2", "1/2", "sqrt(2)", "1/sqrt(2)")
+            also = _sizes_equal_to(ctx.case, value) if plain else ""
+            return f"{ctx.name()} is {named} times the expected values, element by element: {cause}{also}"
+    return f"{ctx.name()} is {c:.6g} times the expected values, element by element (a constant factor)"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- 6. a softmax over the whole array
+
+# Outputs a softmax over the whole array would scale query by query: the softmax itself, the
+# attention weights (per head: a port calls its softmax once per head) and the attention output.
+_WHOLE_ARRAY_OUTPUTS = {("softmax", "y"), *((op, out) for op in MASKED_OPS for out in ("weights", "output"))}
+
+
+def _check_whole_array(ctx: Context) -> str:
+    """``exp(x) / sum(exp(x))`` over the whole matrix: row i of the result is row i of the per-row
+    softmax times ``c_i = Z_i / Z`` (its own normaliser over the total), so each query's slice is
+    the expected one times its own factor and the factors sum to 1. Fitted per query by least
+    squares, judged like a constant factor (``_check_constant``), and the sum must be 1 to within
+    the factors' own rounding."""
+    axis = _QUERY_AXIS.get(ctx.role) if ctx.role is not None else None
+    e, a = ctx.expected, ctx.actual
+    if (ctx.case.op, ctx.output) not in _WHOLE_ARRAY_OUTPUTS or axis is None or e.shape != a.shape:
+        return ""
+    if not np.array_equal(np.isfinite(e), np.isfinite(a)) or e.shape[axis] < 2:
+        return ""
+    if ctx.role == Role.HEAD_SCORES:  # (h, n_q, n_k): one softmax call per head, or one for all
+        for head in range(e.shape[0]):
+            sub = Context(ctx.case, ctx.output, e[head], ctx.bound[head], a[head], None, ctx.masked_query, Role.SCORES)
+            if not _whole_array_fits(sub, 0):
+                return ""
+    elif not _whole_array_fits(ctx, axis):
+        return ""
+    return _whole_array_line(ctx, axis)
+
+
+def _whole_array_fits(ctx: Context, axis: int) -> bool:
+    e = np.moveaxis(np.nan_to_num(ctx.expected, nan=0.0, posinf=0.0, neginf=0.0), axis, 0)
+    a = np.moveaxis(np.nan_to_num(ctx.actual, nan=0.0, posinf=0.0, neginf=0.0), axis, 0)
+    b = np.moveaxis(ctx.bound, axis, 0)
+    e2, a2, b2 = e.reshape(len(e), -1), a.reshape(len(a), -1), b.reshape(len(b), -1)
+    norm = (e2 * e2).sum(axis=1)
+    live = norm > 0  # a query with no key (all-zero expected) carries no factor: it must stay zero
+    factors = np.where(live, (a2 * e2).sum(axis=1) / np.where(live, norm, 1.0), 0.0)
+    if live.sum() < 2 or np.allclose(factors[live], factors[live][0], rtol=1e-9, atol=0.0):
+        return False  # one factor for every query is a constant (``_check_constant``'s business)
+    candidate = factors[:, None] * e2
+    slack = 4 * np.abs(factors)[:, None] * b2 + 4 * np.spacing(np.abs(candidate)) + np.where(live[:, None], 0.0, b2)
+    if not (np.abs(a2 - candidate) <= slack).all():
+        return False
+    # The factors sum to 1 (the whole array is one distribution), each known to its fit's slack.
+    if abs(float(factors.sum()) - 1.0) > 1e-9 * len(factors):
+        return False
+    shape = lambda x: np.moveaxis(x.reshape(e.shape), 0, axis)  # noqa: E731
+    return _separates(shape(candidate), ctx.actual, ctx.expected, ctx.bound)
+
+
+def _whole_array_line(ctx: Context, axis: int) -> str:
+    unit = "vector" if ctx.role == Role.ROWS else "query"
+    word = ctx.port_axis_word(axis) if ctx.expected.ndim == 2 else unit
+    n = ctx.expected.shape[axis]
+    if ctx.language == "R":
+        idiom = "e / sum(e) where e / rowSums(e) is meant"
+    elif ctx.language == "Julia":
+        idiom = "e ./ sum(e) where e ./ sum(e; dims = 1) is meant"
+    else:
+        idiom = "e / e.sum() where e / e.sum(axis=-1, keepdims=True) is meant"
+    per_head = " (in each head)" if ctx.role == Role.HEAD_SCORES else ""
+    scaled = f"each of its {n} {word}s is the expected {word} times a factor of its own, and the factors sum to 1"
+    if ctx.output == "output":
+        return (
+            f"{ctx.name()}: {scaled}: the attention weights are normalised over the whole score matrix, not per "
+            f"query ({idiom}; the contract wants one softmax per query)"
+        )
+    return (
+        f"{ctx.name()} is normalised over the whole array, not per {unit}{per_head}: {scaled}: the softmax divides "
+        f"by one sum over every element ({idiom}; the contract wants one sum per {unit})"
+    )
+
+
+# ---------------------------------------------------------------- 7. off by one query
+
+
+def _check_row_shift(ctx: Context) -> str:
+    axis = _QUERY_AXIS.get(ctx.role) if ctx.role is not None else None
+    e, a, b = ctx.expected, ctx.actual, ctx.bound
+    if axis is None or e.shape != a.shape or e.ndim <= axis or e.shape[axis] < 3:
+        return ""
+    n = e.shape[axis]
+
+    def rows(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        return np.take(x, range(lo, hi), axis=axis)
+
+    if _fits_exact(rows(e, 0, n - 1), rows(e, 1, n), rows(b, 0, n - 1)):
+        return ""  # neighbouring queries agree anyway: a shift proves nothing
+    word = ctx.port_axis_word(axis)
+    base = 1 if ctx.view is not None else 0
+    for late in (True, False):
+        lo_a, hi_a, lo_e, hi_e = (0, n - 1, 1, n) if late else (1, n, 0, n - 1)
+        candidate, cand_bound, actual = rows(e, lo_e, hi_e), rows(b, lo_e, hi_e), rows(a, lo_a, hi_a)
+        if _fits_exact(candidate, actual, cand_bound) and _separates(
+            candidate, actual, rows(e, lo_a, hi_a), rows(b, lo_a, hi_a)
+        ):
+            return (
+                f"off by one query: {word} i of {ctx.name()} holds what {word} i{'+' if late else '-'}1 should "
+                f"({word}s {base + (0 if late else 1)}..{base + n - (2 if late else 1)}): an index shifted by one "
+                f"(a 0-based loop ported to 1-based, or the reverse)"
+            )
+    return ""
+
+
+# ---------------------------------------------------------------- 8. only where the mask acts
+
+
+def _check_mask_rows(ctx: Context) -> str:
+    mask = _additive_mask(ctx.case) if ctx.case.op in MASKED_OPS else None
+    bad = _bad_queries(ctx)
+    if mask is None or not bad:
+        return ""
+    touched = set(int(i) for i in np.flatnonzero((mask != 0).any(axis=1)))
+    untouched = set(range(mask.shape[0])) - touched
+    if not untouched or not set(bad) <= touched:
+        return ""
+    return (
+        f"wrong only in the {ctx.queries(bad)}, where the mask acts; the {len(untouched)} unmasked "
+        f"quer{'y agrees' if len(untouched) == 1 else 'ies agree'}: the mask is applied wrongly "
+        f"(its sign, its scaling, its orientation, or its -Inf handling)"
+    )
+
+
+CHECKS: tuple[Callable[[Context], str], ...] = (
+    _check_axes,
+    _check_masked_query,
+    _check_scale,
+    _check_mask,
+    _check_constant,
+    _check_whole_array,
+    _check_row_shift,
+    _check_mask_rows,
+)

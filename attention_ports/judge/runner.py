@@ -1,0 +1,375 @@
+"""Run implementations over fixture cases and judge every output with the one comparator."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import queue
+import shlex
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attention_ports.fixtures.store import Case, Expected, FixtureError, iter_entries, load_case
+from attention_ports.judge import diagnose
+from attention_ports.judge.compare import compare
+from attention_ports.judge.results import (
+    KEEP_ARRAYS_UP_TO,
+    CaseResult,
+    FailedArrays,
+    OutputResult,
+)
+from attention_ports.runtimes import registry, supervisor
+from attention_ports.runtimes.impl import (
+    Implementation,
+    ImplementationError,
+    ImplementationUnavailable,
+    OperationMissing,
+)
+from attention_ports.runtimes.supervisor import output_section
+from attention_ports.spec import conventions
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def repro_command(impl: str, case: str, port: Path | None, fixtures_dir: Path | None = None) -> str:
+    """The command that runs just this case again, shell-quoted (a path may hold spaces or quotes)."""
+    parts = ["attention-ports", "verify", "--impl", impl, "--case", case]
+    if port is not None:
+        parts += ["--port", f"{impl}={shown_path(port)}"]
+    if fixtures_dir is not None and fixtures_dir.resolve() != _default_dir():
+        parts += ["--dir", shown_path(fixtures_dir)]
+    return shlex.join(parts)
+
+
+def shown_path(path: Path) -> str:
+    """A path as the user gave it: relative to the current directory when it lies under it (the
+    repro line then also runs on a colleague's checkout or another CI runner), else absolute."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def _default_dir() -> Path:
+    from attention_ports.fixtures.store import REPO_FIXTURES
+
+    return REPO_FIXTURES.resolve()
+
+
+def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult]:
+    """Run one case on one implementation; one OutputResult per expected output.
+
+    Each output is judged on its own: one the port did not return is a ``fail`` (the operation is
+    implemented, so each of its outputs is owed) while the others are still compared; every output
+    of an operation the implementation does not implement (``OperationMissing``) is ``missing``.
+    A failing output's message is in the port's own terms (its layout, 1-based positions:
+    ``impl.view``), followed by a diagnosis when a known mistake fits (attention_ports/judge/diagnose.py)
+    and what the port printed.
+    """
+
+    def every(status: str, message: str) -> list[OutputResult]:
+        return [
+            OutputResult(impl_name, case.id, name, status, message=message, reason=case.reason, flags=case.flags)
+            for name in case.expected
+        ]
+
+    try:
+        actual = impl.run(case.op, case.inputs, case.options)
+    except OperationMissing as exc:
+        return every("missing", f"case {case.id!r}: {exc}")
+    except ImplementationError as exc:
+        return every("error", f"case {case.id!r}: {impl_name} raised: {exc}")
+    except Exception as exc:  # an adapter bug must not stop the run either
+        return every("error", f"case {case.id!r}: {impl_name} adapter failed: {type(exc).__name__}: {exc}")
+    convention = masked_query_convention(case, impl)
+    results = [
+        judge_output(impl_name, case, name, exp, actual, impl, convention)
+        for name, exp in case.expected_for(convention).items()
+    ]
+    if convention is not None:
+        _explain_convention(impl_name, case, convention, actual, results)
+    printed = output_section(impl.last_output)  # what a port printed helps read its wrong numbers
+    if printed:
+        for r in results:
+            if r.status == "fail":
+                r.message += printed
+    return results
+
+
+def judge_output(
+    impl_name: str,
+    case: Case,
+    name: str,
+    exp: Expected,
+    returned: Mapping[str, np.ndarray],
+    impl: Implementation,
+    convention: str | None = None,
+) -> OutputResult:
+    """One expected output against what the port returned (``returned``: every output it gave);
+    ``exp`` is the expected output under ``convention`` (None: the case has one set of outputs)."""
+    res = OutputResult(impl_name, case.id, name, "pass", reason=case.reason, flags=case.flags, masked_query=convention)
+    if name not in returned:  # the operation ran, so the output is owed: a failure, not a partial port
+        got = ", ".join(sorted(returned)) or "nothing"
+        res.status = "fail"
+        res.message = f"case {case.id!r}, output {name!r}: not returned (the port returned: {got})"
+        return res
+    actual = np.asarray(returned[name])
+    cmp = compare(exp.array, actual, exp.bound)
+    res.expected_shape, res.actual_shape = cmp.expected_shape, cmp.actual_shape
+    res.total = cmp.total
+    if cmp.expected_shape == cmp.actual_shape:
+        res.max_abs_err, res.max_rel_err = cmp.max_abs_err, cmp.max_rel_err
+        res.max_ulp_err, res.err_over_bound = cmp.max_ulp_err, cmp.max_err_over_bound
+        res.mismatches, res.nonfinite_mismatches = cmp.mismatches, cmp.nonfinite_mismatches
+    else:
+        res.mismatches = cmp.total  # nothing of a wrong shape agrees
+    if cmp.ok:
+        return res
+    res.status = "fail"
+    view = impl.view(case.op, name) if hasattr(impl, "view") else None  # duck-typed implementations too
+    res.message = cmp.describe(case.id, name, view)
+    masked_query = convention or declared_convention(impl, case.op)
+    res.diagnosis = diagnose.explain(case, name, actual, view, masked_query, exp.array, exp.bound)
+    if res.diagnosis:
+        res.message += f"\n  diagnosis: {res.diagnosis}"
+    if max(exp.array.size, actual.size) <= KEEP_ARRAYS_UP_TO:
+        res.arrays = FailedArrays(exp.array, np.asarray(actual, dtype=np.float64), exp.bound, view)
+    return res
+
+
+def declared_convention(impl: Implementation, op: str) -> str:
+    """The masked-query convention ``impl`` declares for ``op`` ('zeros' for duck-typed ones)."""
+    pick = getattr(impl, "masked_query_for", None)
+    return pick(op) if pick is not None else getattr(impl, "masked_query", "zeros")
+
+
+def masked_query_convention(case: Case, impl: Implementation) -> str | None:
+    """The convention ``impl`` is judged by on ``case``: its declared one where the case has a query
+    whose mask removes every key (flagged masked_query), else None (one set of expected outputs)."""
+    return declared_convention(impl, case.op) if case.conventions else None
+
+
+def _same(a: Expected, b: Expected) -> bool:
+    return np.array_equal(a.array, b.array, equal_nan=True) and np.array_equal(a.bound, b.bound)
+
+
+def _explain_convention(
+    impl_name: str, case: Case, convention: str, actual: dict[str, np.ndarray], results: list[OutputResult]
+) -> None:
+    """Say, on each failing output the convention decides, which convention was applied, and which
+    one the outputs follow instead when they agree with another everywhere."""
+    judged = case.expected_for(convention)
+    # only failing outputs the convention decides, and whose diagnosis (diagnose.py) has not
+    # already said it with the declaration in the port's language
+    noted = [
+        r
+        for r in results
+        if r.status == "fail"
+        and r.output in judged
+        and "masked_query" not in r.diagnosis
+        and any(not _same(judged[r.output], by[r.output]) for by in case.conventions.values())
+    ]
+    if not noted:
+        return  # nothing to say: no other convention is compared
+    matches = [
+        other
+        for other in case.conventions
+        if other != convention
+        and all(
+            name in actual and compare(exp.array, actual[name], exp.bound).ok
+            for name, exp in case.expected_for(other).items()
+        )
+    ]
+    lines = [
+        f"  masked_query: queries {list(case.dead_rows)} have every key masked; {impl_name} is judged by its "
+        f"convention {convention!r} ({conventions.MEANING[convention]}; 'zeros' unless a port declares another)"
+    ]
+    if matches:
+        other = matches[0]
+        lines.append(
+            f"  the outputs follow the {other!r} convention instead ({conventions.MEANING[other]}): if that is "
+            f"the port's convention, declare it ({conventions.declaration_hint(other)})"
+        )
+    for r in noted:
+        r.message += "\n" + "\n".join(lines)
+
+
+def select_entries(fixtures_dir: Path, case_globs: Iterable[str] = ()) -> list[dict[str, Any]]:
+    globs = list(case_globs)
+    entries = list(iter_entries(fixtures_dir))
+    if not globs:
+        return entries
+    chosen = [e for e in entries if any(fnmatch.fnmatchcase(e["id"], g) for g in globs)]
+    if not chosen:
+        raise FixtureError(f"no case in {fixtures_dir} matches {' or '.join(globs)}")
+    return chosen
+
+
+Progress = Callable[[str, int, int, str], None]
+"""``progress(impl, done, total, case)``: one implementation's progress, always called from the thread
+that called :func:`run_suite` (never concurrently), in the order the cases finish. ``done`` is 0
+(``case`` "") when the implementation starts; ``done == total`` when it has run every case. With
+concurrent implementations the events of different implementations interleave."""
+
+
+# The order implementations are started in when they run side by side: the longest first (Julia
+# compiles every operation on its first call), so the total is about the longest one alone.
+START_ORDER = {"julia": 0, "r": 1, "torch": 2, "reference": 3}
+
+
+def _expected_names(entry: dict[str, Any]) -> list[str]:
+    expected = entry.get("expected")
+    return list(expected) if isinstance(expected, dict) and expected else ["*"]
+
+
+def run_suite(
+    fixtures_dir: Path,
+    impl_names: list[str],
+    ports: dict[str, Path] | None = None,
+    case_globs: Iterable[str] = (),
+    required: set[str] | None = None,
+    progress: Progress | None = None,
+    *,
+    parallel: bool = True,
+    stop: threading.Event | None = None,
+    live: Mapping[str, Implementation] | None = None,
+) -> list[CaseResult]:
+    """Every selected case on every named implementation; results ordered by implementation (as
+    named), then by case (manifest order), whether or not they ran side by side.
+
+    ``parallel``: each implementation in a thread of its own (R and Julia each drive their own
+    worker process; reference and torch compute in-process, NumPy and torch releasing the GIL),
+    started longest first (:data:`START_ORDER`); the results are the same as one after another.
+    ``stop``: once set, no further case starts; a case that ends in ``error`` after it was set
+    is dropped (its worker was probably killed by the interruption), so the results are the cases
+    that really ran. An implementation whose runtime cannot start is ``unavailable`` for each
+    case, which becomes ``error`` when it is in ``required`` (asked for, or anything under CI=true).
+    A case whose fixture files are bad is ``error`` with ``fixture_error`` set, on every implementation.
+    ``live``: implementations already made (a test's pool), used instead of new ones and left open.
+    """
+    ports = ports or {}
+    required = required or set()
+    stop = stop or threading.Event()
+    entries = select_entries(fixtures_dir, case_globs)
+    cases: list[Case | FixtureError] = []
+    for entry in entries:
+        try:
+            cases.append(load_case(fixtures_dir, entry))
+        except FixtureError as exc:
+            cases.append(FixtureError(f"case {entry.get('id', '?')!r}: fixture error: {exc}"))
+    total = len(entries)
+    # queue.Queue, not SimpleQueue: CPython 3.11's SimpleQueue.get(timeout=...) interrupted by a signal
+    # can retry with a negative timeout, which blocks for ever (seen here: a SIGINT hung verify).
+    events: queue.Queue[tuple[str, int, int, str]] = queue.Queue()
+
+    def run_one(name: str, emit: Callable[[str, int, int, str], None]) -> list[CaseResult]:
+        out: list[CaseResult] = []
+        if stop.is_set():
+            return out
+        port = ports.get(name)
+        emit(name, 0, total, "")
+        impl: Implementation | None = (live or {}).get(name)
+        unavailable = ""
+        if impl is None:
+            try:
+                impl = registry.create(name, port)
+            except ImplementationUnavailable as exc:
+                unavailable = str(exc)
+        owned = impl is not None and name not in (live or {})
+        try:
+            for i, (entry, case) in enumerate(zip(entries, cases, strict=True)):
+                if stop.is_set():
+                    break
+                case_id = entry.get("id", "?")
+                start = time.perf_counter()
+                res = CaseResult(
+                    name, case_id, entry.get("op", "?"), repro=repro_command(name, case_id, port, fixtures_dir)
+                )
+                if isinstance(case, FixtureError):
+                    res.fixture_error = str(case)
+                    res.outputs = [
+                        OutputResult(name, case_id, o, "error", message=str(case)) for o in _expected_names(entry)
+                    ]
+                elif impl is None:
+                    status = "error" if name in required else "unavailable"
+                    res.outputs = [
+                        OutputResult(name, case_id, o, status, message=unavailable) for o in _expected_names(entry)
+                    ]
+                else:
+                    res.outputs = judge(name, case, impl)
+                res.seconds = time.perf_counter() - start
+                if stop.is_set() and res.status == "error":
+                    break  # cut short by the interruption, not the implementation's own doing
+                out.append(res)
+                emit(name, i + 1, total, case_id)
+        finally:
+            if owned:
+                impl.close()
+        return out
+
+    if not parallel or len(impl_names) < 2:
+        by_impl = {name: run_one(name, progress or _ignore) for name in impl_names}
+        return [r for name in impl_names for r in by_impl[name]]
+
+    by_impl: dict[str, list[CaseResult]] = {}
+    failures: list[BaseException] = []
+
+    def thread_main(name: str) -> None:
+        try:
+            by_impl[name] = run_one(name, lambda *event: events.put(event))
+        except BaseException as exc:  # a bug: re-raised in the caller's thread once all have ended
+            failures.append(exc)
+            stop.set()
+
+    threads = [
+        threading.Thread(target=thread_main, args=(name,), name=f"attention-ports-{name}", daemon=True)
+        for name in sorted(dict.fromkeys(impl_names), key=lambda n: START_ORDER.get(n, len(START_ORDER)))
+    ]
+    try:
+        for t in threads:
+            t.start()
+        _pump(threads, events, progress, stop)
+    except BaseException:  # KeyboardInterrupt in the caller's thread: stop the others, then re-raise
+        stop.set()
+        supervisor.shutdown_all()
+        for t in threads:
+            t.join()
+        raise
+    if failures:
+        raise failures[0]
+    return [r for name in impl_names for r in by_impl.get(name, [])]
+
+
+def _ignore(*_: object) -> None:
+    pass
+
+
+def _pump(
+    threads: list[threading.Thread],
+    events: queue.Queue[tuple[str, int, int, str]],
+    progress: Progress | None,
+    stop: threading.Event,
+) -> None:
+    """Until every thread has ended: hand their progress events to ``progress`` in this thread, and
+    once ``stop`` is set, kill the workers again every second (one started just after the signal)."""
+    last_kill = 0.0
+    while True:
+        alive = any(t.is_alive() for t in threads)
+        try:
+            event = events.get(timeout=0.05)
+        except queue.Empty:
+            event = None
+        if event is not None and progress is not None:
+            progress(*event)
+        if stop.is_set() and alive and time.monotonic() - last_kill > 1.0:
+            supervisor.shutdown_all()
+            last_kill = time.monotonic()
+        if not alive and event is None and events.empty():
+            return

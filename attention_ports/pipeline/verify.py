@@ -1,0 +1,570 @@
+"""The one verify pipeline: a case source, one selection of implementations, one result model, one report.
+
+Every tier of ``attention-ports verify`` runs the same steps:
+
+1. :func:`select_implementations`: which implementations run (``--impl``, ``--port``) and which are
+   *required* (asked for by name, or every one under CI=true), whatever the tier;
+2. a :class:`CaseSource` yields the cases and runs them: the committed catalogue
+   (:class:`CatalogueSource`: the fixture cases, ``judge.runner.run_suite``), generated cases
+   (:class:`RandomSource`: hypothesis draws, ``tiers.random.run_random``), the scale tier
+   (:class:`ScaleSource`: ``tiers.scale.run_tier``). Each judges with the one ``judge.runner.judge``
+   (the scale tier adds its every-row comparison between implementations) and hands back the one
+   result model, ``judge.results.CaseResult``; a new source (a precision, an operation) is one
+   more class here;
+3. ``--shard K/N`` (attention_ports/pipeline/shards.py) keeps the K-th of N parts of the source's
+   *units* (its cases; a generated run's operations, each its own hypothesis search), balanced by
+   their expected cost;
+4. one ``report.Report`` (the verdict), printed as the tier prints it and written in every format
+   (``--json``, ``--junit``, ``--markdown``, ``--html``) by ``outcome.write_reports``;
+   ``outcome.exit_status`` turns it into the exit status, for ``verify`` and for ``merge-reports``
+   alike.
+
+Layer: pipeline (above ``shards`` and ``outcome``); imports every layer up to ``tiers`` (the
+random and scale tiers lazily: hypothesis is an optional extra).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import math
+import secrets
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attention_ports.core import progress
+from attention_ports.fixtures.store import REPO_FIXTURES
+from attention_ports.judge.results import CaseResult, OutputResult
+from attention_ports.judge.runner import in_ci, run_suite, select_entries
+from attention_ports.pipeline import shards
+from attention_ports.report import Report, accuracy_table, failure_details, summary_lines, table
+from attention_ports.runtimes import precision as in_precision
+from attention_ports.runtimes import registry
+from attention_ports.runtimes.impl import Implementation, ImplementationUnavailable
+from attention_ports.spec import precision as formats
+from attention_ports.tools import doctor
+
+TIERS = ("catalogue", "random", "scale")
+
+
+class UsageError(Exception):
+    """Options that do not go together (exit 2, the message names them)."""
+
+
+# --------------------------------------------------------------------- which implementations run
+@dataclass(frozen=True)
+class Selection:
+    impls: list[str]  # in the order the reports show them
+    ports: dict[str, Path]  # a user's port file per implementation name
+    required: set[str]  # an implementation that cannot start is an error, not "unavailable"
+
+
+def select_implementations(impl_args: Iterable[str] | None, port_args: Iterable[tuple[str, Path]]) -> Selection:
+    """The implementations a run uses, for every tier: those named by ``--impl`` (default: every
+    built-in one, or only the ``--port`` ones when ports are given), then each ``--port`` not named
+    yet. Required: those named (``--impl``, ``--port``), or under CI=true every built-in one (a
+    runtime that cannot start in CI is a failure, never a skip)."""
+    named = list(impl_args or [])
+    ports = dict(port_args)
+    impls = named or (list(registry.IMPLEMENTATIONS) if not ports else list(ports))
+    impls = list(dict.fromkeys([*impls, *ports]))
+    required = set(registry.IMPLEMENTATIONS) if in_ci() else set(named) | set(ports)
+    return Selection(impls, ports, required)
+
+
+# --------------------------------------------------------------------- meta
+def fixtures_meta(fixtures_dir: Path) -> dict[str, str]:
+    """Which fixtures a report judged by: the folder and the sha256 of its manifest (which holds the
+    sha256 of every case file, so one hash names them all)."""
+    try:
+        digest = hashlib.sha256((fixtures_dir / "manifest.json").read_bytes()).hexdigest()
+    except OSError as exc:
+        digest = f"unknown: {exc.strerror}"
+    return {"dir": str(fixtures_dir), "manifest_sha256": digest}
+
+
+def verify_meta(
+    impls: list[str],
+    ports: Mapping[str, Path],
+    fixtures_dir: Path,
+    tier: str = "catalogue",
+    strict: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A verify report's ``meta``: the tier, what ran, on which fixtures, with which versions, and
+    what the tier adds (``random``: seed and profile; ``scale``; ``shard``)."""
+    return {
+        "tier": tier,
+        "strict": strict,
+        "implementations": impls,
+        "ports": {k: str(v) for k, v in ports.items()},
+        "versions": doctor.runtime_versions(impls),
+        "fixtures": fixtures_meta(fixtures_dir),
+        **extra,
+    }
+
+
+# --------------------------------------------------------------------- case sources
+@dataclass(frozen=True)
+class Unit:
+    """What a shard is made of: one case (a generated run: one operation's search) and its expected
+    cost in arbitrary units, comparable within one source (attention_ports/pipeline/shards.py)."""
+
+    id: str
+    cost: float
+
+
+class CaseSource:
+    """Where a run's cases come from. ``units`` lists them (in the run's order) with their expected
+    cost, ``run`` runs the selected units on the selected implementations and returns the one result
+    model; ``terminal`` prints what this tier prints on a terminal once the report is built."""
+
+    tier = ""
+    graceful = False  # SIGINT/SIGTERM stop the run between cases and the report is still written
+
+    def units(self) -> list[Unit]:
+        raise NotImplementedError
+
+    def run(self, sel: Selection, only: list[str] | None, stop: threading.Event) -> list[CaseResult]:
+        raise NotImplementedError
+
+    def meta(self) -> dict[str, Any]:
+        return {}
+
+    def fixtures_dir(self) -> Path:
+        return REPO_FIXTURES.resolve()
+
+    def terminal(self, report: Report, quiet: bool) -> None:
+        if not quiet:
+            print(table(report))
+            print()
+        details = failure_details(report)
+        if details:
+            print(details)
+            print()
+        print(summary_lines(report))
+
+
+def exact_globs(ids: Iterable[str]) -> list[str]:
+    """Case ids as globs that match only themselves (an id may hold ``[`` or ``*``)."""
+    return [glob.escape(i) for i in ids]
+
+
+# The cost of a catalogue case, in array elements: a fixed part for the call itself (a worker's round
+# trip, the port's dispatch: about what moving this many elements costs), plus the elements of its
+# inputs and expected outputs (what is sent, computed and compared; attention's weights, n_q x n_k
+# per head, are among the outputs, so the quadratic part is counted). A trained classifier repeats
+# its step once per epoch.
+CALL_COST_ELEMENTS = 2000
+
+
+def catalogue_cost(entry: Mapping[str, Any]) -> float:
+    def elements(section: str) -> int:
+        files = entry.get(section)
+        if not isinstance(files, dict):
+            return 0
+        return sum(math.prod(f.get("shape") or [1]) for f in files.values() if isinstance(f, dict))
+
+    repeats = 1
+    if entry.get("op") == "classifier_train":
+        repeats = int((entry.get("options") or {}).get("epochs") or 1)
+    return CALL_COST_ELEMENTS + repeats * (elements("inputs") + elements("expected"))
+
+
+class CatalogueSource(CaseSource):
+    """The committed fixture cases (``--dir``, ``--case``): the default run.
+
+    ``precision`` (``verify --precision``, attention_ports/spec/precision.py): every implementation
+    is judged on that precision's tier (the built-ins run in it; R, double only, as it is).
+    Without it each Julia ``--port`` is judged in the precision it declares and everything else
+    in float64: one run of the runner per precision judged in (:func:`precision_groups`)."""
+
+    tier = "catalogue"
+    graceful = True
+
+    def __init__(
+        self, fixtures_dir: Path, case_globs: list[str], parallel: bool = True, precision: str | None = None
+    ) -> None:
+        self.default_dir = fixtures_dir == REPO_FIXTURES  # no --dir: each tier's own fixtures
+        self.precision = precision
+        if precision is not None and self.default_dir:
+            fixtures_dir = formats.fixtures_dir(precision)
+        self.dir = fixtures_dir.resolve()  # as given, before anything can change the directory
+        self.globs = case_globs
+        self.parallel = parallel
+
+    def fixtures_dir(self) -> Path:
+        return self.dir
+
+    def meta(self) -> dict[str, Any]:
+        return {} if self.precision is None else {"precision": self.precision}
+
+    def units(self) -> list[Unit]:
+        return [Unit(str(e.get("id", "?")), catalogue_cost(e)) for e in select_entries(self.dir, self.globs)]
+
+    def run(self, sel: Selection, only: list[str] | None, stop: threading.Event) -> list[CaseResult]:
+        globs = self.globs if only is None else exact_globs(only)
+        if only == []:
+            return []
+        results: list[CaseResult] = []
+        for fixtures_dir, live in precision_groups(self.precision, sel, self.dir, self.default_dir):
+            try:
+                results += run_suite(
+                    fixtures_dir,
+                    list(live),
+                    sel.ports,
+                    globs,
+                    required=sel.required,
+                    progress=progress.VerifyProgress(),
+                    parallel=self.parallel,
+                    stop=stop,
+                    live={n: i for n, i in live.items() if i is not None},
+                )
+            finally:
+                for impl in live.values():
+                    if impl is not None:
+                        impl.close()
+        return results
+
+    def terminal(self, report: Report, quiet: bool) -> None:
+        super().terminal(report, quiet)
+        acc = accuracy_table(report)
+        if acc:
+            print()
+            print(acc)
+
+
+Live = dict[str, Implementation | None]  # None: the runner builds the implementation as usual
+
+
+def precision_groups(
+    asked: str | None, sel: Selection, fixtures_dir: Path, default_dir: bool
+) -> list[tuple[Path, Live]]:
+    """One (fixtures folder, implementations) run per precision judged in.
+
+    ``asked`` (``verify --precision``): every implementation in it, the built-ins run in it (R in
+    double, as it only can). Otherwise each Julia port is judged in the precision it declares
+    and everything else in float64. ``default_dir``: no ``--dir`` was given, so a tier's own
+    fixtures are used; with ``--dir`` that folder is used for every precision.
+    """
+
+    def where(fmt: str) -> Path:
+        return formats.fixtures_dir(fmt) if default_dir else fixtures_dir
+
+    if asked is not None:
+        live: Live = {}
+        for name in sel.impls:
+            live[name] = in_precision.create(name, sel.ports.get(name), asked)
+            if name == "r" and asked != formats.DEFAULT:
+                print(f"r: R computes in double only; the R port runs in float64 and is judged on the {asked} tier")
+        return [(where(asked), live)]
+    by_fmt: dict[str, Live] = {}
+    for name in sel.impls:
+        impl, fmt = None, formats.DEFAULT
+        if name == "julia" and name in sel.ports:
+            impl, fmt = in_precision.declared(sel.ports[name])
+        by_fmt.setdefault(fmt, {})[name] = impl
+    return [(where(fmt), live) for fmt, live in by_fmt.items()]
+
+
+# A generated case's relative cost per operation (the truth engine's exact evaluation is most of
+# it; the strategies draw sizes of the same order for every operation), so a shard of operations is
+# balanced by the number of cases each operation's search draws.
+RANDOM_OP_COST = {"classifier_step": 3.0, "classifier_train": 6.0}
+
+
+class RandomSource(CaseSource):
+    """``--random N``: N cases per implementation drawn by hypothesis from ``--seed``, their truth
+    certified at run time (attention_ports/tiers/random.py). The units are the operations: each is its
+    own search from the seed, with the quota it has in the whole run."""
+
+    tier = "random"
+
+    def __init__(self, examples: int, seed: int | None, operations: list[str], dump: Path | None) -> None:
+        from attention_ports.tiers import random as generated  # hypothesis: the optional extra attention-ports[random]
+
+        self.generated = generated
+        self.examples = examples
+        self.seed = seed if seed is not None else secrets.randbits(32)
+        self.operations = operations or None
+        self.dump = dump
+        self.runs: list[Any] = []
+
+    def _ops(self) -> list[str]:
+        from attention_ports.spec.strategies import STRATEGIES
+
+        return list(self.operations or STRATEGIES)
+
+    def units(self) -> list[Unit]:
+        ops = self._ops()
+        return [
+            Unit(op, q * RANDOM_OP_COST.get(op, 1.0)) for op, q in self.generated.quotas(self.examples, ops).items()
+        ]
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "random": {
+                "seed": self.seed,
+                "examples": self.examples,
+                "operations": self._ops(),
+                "profile": self._profile(),
+                "runs": {r.impl: _run_tally(r) for r in self.runs},
+            }
+        }
+
+    def _profile(self) -> str:
+        """``ci``: the pytest suite's fixed CI profile (tiers.random.CI_PROFILE); else ``custom``."""
+        ci = self.generated.CI_PROFILE
+        return "ci" if (self.examples, self.seed) == (ci.examples, ci.seed) else "custom"
+
+    def run(self, sel: Selection, only: list[str] | None, stop: threading.Event) -> list[CaseResult]:
+        print(f"{self.examples} generated cases per implementation, seed {self.seed}", file=sys.stderr)
+        results: list[CaseResult] = []
+        for name in sel.impls:
+            port = sel.ports.get(name)
+            try:
+                impl = registry.create(name, port)
+            except ImplementationUnavailable as exc:
+                print(f"{name}: unavailable: {exc}")
+                status = "error" if name in sel.required else "unavailable"
+                message = f"{name} unavailable: {exc}"
+                out = OutputResult(name, "(generated cases)", "*", status, message=message)
+                results.append(CaseResult(name, "(generated cases)", "-", [out]))
+                continue
+            try:
+                run = self.generated.run_random(
+                    name,
+                    impl,
+                    self.examples,
+                    self.seed,
+                    operations=self.operations,
+                    port=port,
+                    progress=_random_progress,
+                    only=only,
+                )
+            finally:
+                impl.close()
+            self.runs.append(run)
+            results += run.results
+            self._print_run(run, name, port)
+        return results
+
+    def _print_run(self, run: Any, name: str, port: Path | None) -> None:
+        print(run.summary())
+        if run.first_uncertified:
+            print(f"  the first case the truth engine could not certify: {run.first_uncertified}")
+        again = f"attention-ports verify --dir {{dir}} --impl {name}" + (f" --port {name}={port}" if port else "")
+        for failure in run.failures:
+            print(f"\n[{name}] {failure.message()}")
+            print(f"  reproduce: {run.command}")
+            if self.dump is None:
+                keep = again.format(dir="DIR")
+                print(f"  keep it: add --dump DIR to write this minimal case as fixture files, then {keep}")
+            else:
+                where = self.generated.dump(failure.case, self.dump / name / failure.case.op)
+                print(f"  wrote it as fixtures in {where}: {again.format(dir=where)}")
+            print()
+
+    def terminal(self, report: Report, quiet: bool) -> None:
+        # Each implementation's summary and its failures were printed as it ended; the headline
+        # is every tier's.
+        print(report.headline())
+
+
+def _run_tally(run: Any) -> dict[str, Any]:
+    tally = run.as_json()
+    return {k: tally[k] for k in ("requested", "examples", "missing", "uncertified", "first_uncertified", "command")}
+
+
+def _random_progress(impl: str, done: int, total: int) -> None:
+    if sys.stderr.isatty():
+        end = "\n" if done == total else ""
+        print(f"\r\033[K[{impl}] {done}/{total} generated cases", end=end, file=sys.stderr, flush=True)
+
+
+class ScaleSource(CaseSource):
+    """``--tier scale``: fixtures/scale.toml at L = 1024 ... 16384, sampled exact rows and every row
+    between implementations within 2B (attention_ports/tiers/scale.py). The units are its cases; a case's
+    cost is its L^2 x heads (the weights every call computes, the dominant term of truth and call)."""
+
+    tier = "scale"
+
+    def __init__(self, case_globs: list[str], use_cache: bool, catalogue: Path | None = None, n_rows: int = 0) -> None:
+        from attention_ports.tiers import scale
+
+        self.scale = scale
+        self.globs = case_globs
+        self.use_cache = use_cache
+        self.catalogue = catalogue or scale.CATALOGUE
+        self.n_rows = n_rows or scale.ROWS
+        self.result: Any = None
+
+    def units(self) -> list[Unit]:
+        s = self.scale
+        cases = s.load_cases(self.globs, self.catalogue)
+        return [Unit(c.id, float(s.length(c) ** 2 * int(c.options.get("num_heads") or 1))) for c in cases]
+
+    def meta(self) -> dict[str, Any]:
+        digest = hashlib.sha256(Path(self.catalogue).read_bytes()).hexdigest()
+        out: dict[str, Any] = {
+            "catalogue": str(self.catalogue),
+            "catalogue_sha256": digest,
+            "rows_per_case": self.n_rows,
+        }
+        if self.result is not None:
+            r = self.result
+            out.update(
+                truth_seconds=r.truth_seconds,
+                bound_seconds=r.bound_seconds,
+                wall_seconds=r.wall_seconds,
+                harness_peak_rss_bytes=r.harness_peak_rss,
+                describe=r.describe,
+            )
+        return {"scale": out}
+
+    def run(self, sel: Selection, only: list[str] | None, stop: threading.Event) -> list[CaseResult]:
+        if only == []:
+            return []
+
+        def say(msg: str) -> None:
+            print(f"scale: {msg}", file=sys.stderr, flush=True)
+
+        self.result = self.scale.run_tier(
+            sel.impls,
+            sel.ports,
+            self.globs if only is None else exact_globs(only),
+            use_cache=self.use_cache,
+            say=say,
+            catalogue=self.catalogue,
+            required=sel.required,
+            n_rows=self.n_rows,
+        )
+        return scale_results(self.result)
+
+    def terminal(self, report: Report, quiet: bool) -> None:
+        if self.result is None:
+            print(report.headline())
+            return
+        print(self.scale.render(self.result))
+        failing = [v for v in self.result.verdicts if v.status not in ("pass", "unavailable")]
+        for v in failing:
+            for m in v.messages:
+                print(f"\n[{v.impl}] {m}")
+        n = len(self.result.verdicts)
+        print(f"\n{n - len(failing)} of {n} (implementation, case) pairs agree")
+        print(report.headline())
+
+
+# The scale tier's two checks as the outputs of a case in the one result model.
+SCALE_ROWS = "sampled rows (exact)"
+SCALE_PAIRS = "every row (2B, between implementations)"
+
+
+def scale_results(result: Any) -> list[CaseResult]:
+    """The scale tier's verdicts as CaseResults: each (implementation, case) has two outputs, the
+    sampled rows against the exact truth (err/bound: the ``rows`` fraction) and every row against
+    the other implementations within 2B (the ``all`` fraction); a call that did not run has one,
+    with its status. ``extra``: the call's time, the port's own time, calls and peak memory."""
+    runs = {(r.impl, r.case): r for rs in result.runs.values() for r in rs}
+    ops = {c.id: c.op for c in result.cases}
+    reasons = {c.id: c.reason for c in result.cases}
+    by = {(v.impl, v.case): v for v in result.verdicts}
+    out = []
+    for impl in result.runs:
+        for case in result.cases:
+            v, run = by[(impl, case.id)], runs[(impl, case.id)]
+            common = {"reason": reasons[case.id], "flags": tuple(case.flags)}
+            if v.rows_ok is None:
+                outputs = [OutputResult(impl, case.id, "*", v.status, message="\n".join(v.messages), **common)]
+            else:
+                rows_msgs = [m for m in v.messages if m != v.pairs_message]
+                outputs = [
+                    OutputResult(
+                        impl,
+                        case.id,
+                        SCALE_ROWS,
+                        "pass" if v.rows_ok else "fail",
+                        err_over_bound=v.rows_over_bound,
+                        message="\n".join(rows_msgs),
+                        **common,
+                    ),
+                    OutputResult(
+                        impl,
+                        case.id,
+                        SCALE_PAIRS,
+                        "pass" if v.pairs_ok else "fail",
+                        err_over_bound=v.full_over_bound,
+                        message=v.pairs_message,
+                        **common,
+                    ),
+                ]
+            extra = {
+                "rows_err_over_bound": v.rows_over_bound,
+                "all_err_over_bound": v.full_over_bound,
+                "call_status": run.status,
+                "seconds": run.seconds,
+                "port_seconds": run.port_seconds,
+                "calls": run.calls,
+                "peak_rss_bytes": run.peak_rss,
+                "worker_peak_rss_bytes": run.worker_peak_rss,
+            }
+            repro = f"attention-ports verify --tier scale --impl {impl} --case {case.id}"
+            out.append(CaseResult(impl, case.id, ops[case.id], outputs, run.seconds, repro=repro, extra=extra))
+    return out
+
+
+# --------------------------------------------------------------------- the run
+def source_from_args(args: Any) -> CaseSource:
+    """The case source ``verify``'s options name (UsageError when they do not go together)."""
+    random = args.random is not None or args.seed is not None or args.op or args.dump is not None
+    precision = getattr(args, "precision", None)
+    if precision is not None:
+        if args.tier == "scale" or random:
+            raise UsageError(
+                "--precision judges the catalogue's cases on a precision tier: not with --random or --tier scale"
+            )
+        try:
+            precision = formats.get(precision, "--precision").name
+        except formats.PrecisionError as exc:
+            raise UsageError(str(exc)) from None
+    if args.tier == "scale":
+        if random:
+            raise UsageError("--tier scale and --random are two different runs")
+        if args.dir != REPO_FIXTURES:
+            raise UsageError("--dir selects fixture cases; --tier scale makes its own (fixtures/scale.toml)")
+        return ScaleSource(args.case, use_cache=not args.no_cache)
+    if random:
+        if args.random is None or args.random < 1:
+            raise UsageError("--seed, --op and --dump go with --random N (N >= 1)")
+        if args.case or args.dir != REPO_FIXTURES:
+            raise UsageError("--case and --dir select fixture cases; --random generates its own")
+        try:
+            return RandomSource(args.random, args.seed, list(args.op), args.dump)
+        except ImportError as exc:
+            raise UsageError(f"--random needs hypothesis ({exc}): pip install 'attention-ports[random]'") from exc
+    return CatalogueSource(args.dir, list(args.case), parallel=not args.sequential, precision=precision)
+
+
+def run(
+    source: CaseSource,
+    sel: Selection,
+    *,
+    shard: shards.Shard | None = None,
+    strict: bool = False,
+    stop: threading.Event | None = None,
+) -> Report:
+    """Run the source's cases (the shard's part of them) and build the one report."""
+    stop = stop or threading.Event()
+    extra: dict[str, Any] = {}
+    only = None
+    if shard is not None:
+        units = source.units()
+        only = shards.part(units, shard)
+        extra["shard"] = shards.shard_meta(shard, units, only)
+    results = source.run(sel, only, stop)
+    meta = verify_meta(sel.impls, sel.ports, source.fixtures_dir(), source.tier, strict, **source.meta(), **extra)
+    return Report(results, meta, strict=strict, interrupted=stop.is_set(), ci=in_ci())

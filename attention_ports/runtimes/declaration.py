@@ -1,0 +1,147 @@
+"""A port's optional declaration: which operations it offers, its masked-query convention, and
+the arithmetic it computes in (``precision``: attention_ports/spec/precision.py).
+
+A port file may define one object named ``attention_ports`` (ports/CONTRACT.md):
+
+    R:     attention_ports <- list(operations = c("softmax", ...), masked_query = "zeros")
+    Julia: const attention_ports = (operations = ["softmax", ...], masked_query = "zeros")
+
+The workers only find it and send it as it is (protocol value); this module is the one place
+that checks it, for both languages, so both say the same things about the same mistakes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attention_ports.runtimes.protocol import Unsupported
+from attention_ports.spec import ops
+from attention_ports.spec import precision as formats
+from attention_ports.spec.conventions import CONVENTIONS as MASKED_QUERY
+
+FIELDS = ("operations", "masked_query", "precision")
+
+
+class DeclarationError(ValueError):
+    """A declaration that cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Declaration:
+    present: bool = False
+    operations: frozenset[str] | None = None  # None: every contract function the file defines
+    masked_query: str = "zeros"
+    precision: str = "float64"  # the port's storage = accumulation format (attention_ports/spec/precision.py)
+
+    def offers(self, op: str) -> bool:
+        return self.operations is None or op in self.operations
+
+    def describe(self) -> str:
+        if not self.present:
+            return ""
+        ops_text = "all it defines" if self.operations is None else ", ".join(sorted(self.operations)) or "none"
+        text = f"declares operations: {ops_text}; masked_query = {self.masked_query}"
+        return text if self.precision == "float64" else f"{text}; precision = {self.precision}"
+
+
+NONE = Declaration()
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, Unsupported):
+        return f"a {value.type}"
+    if isinstance(value, np.ndarray):
+        return f"a numeric array of shape {value.shape}"
+    if isinstance(value, dict):
+        return "a named list / NamedTuple"
+    if isinstance(value, list):
+        return f"a vector of {len(value)}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _strings(value: Any) -> list[str] | None:
+    """The strings of a character vector / Vector{String} / a single string; None if not that."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+def parse(raw: Any, where: str, language: str) -> Declaration:
+    """Check what a worker found under ``attention_ports`` in ``where`` (a file or folder).
+
+    ``language`` is "r" or "julia": it decides how a field is named in messages
+    (``attention_ports$operations`` / ``attention_ports.operations``).
+    """
+    if raw is None:
+        return NONE
+    sep = "$" if language == "r" else "."
+    example = (
+        'attention_ports <- list(operations = c("softmax"), masked_query = "zeros")'
+        if language == "r"
+        else 'const attention_ports = (operations = ["softmax"], masked_query = "zeros")'
+    )
+    if not isinstance(raw, dict):
+        raise DeclarationError(f"{where}: attention_ports must be {_kind({})}, like {example}; got {_kind(raw)}")
+    unknown = [k for k in raw if k not in FIELDS]
+    if unknown:
+        raise DeclarationError(
+            f"{where}: attention_ports has unknown field(s) {', '.join(map(repr, unknown))}; "
+            f"the fields are {', '.join(FIELDS)}"
+        )
+    operations: frozenset[str] | None = None
+    if "operations" in raw:
+        names = _strings(raw["operations"])
+        field = f"attention_ports{sep}operations"
+        if names is None:
+            raise DeclarationError(
+                f"{where}: {field} must be a vector of operation names; got {_kind(raw['operations'])}"
+            )
+        bad = [n for n in names if n not in ops.OPS]
+        if bad:
+            raise DeclarationError(
+                f"{where}: {field} names {', '.join(map(repr, bad))}, not contract operation(s); "
+                f"the operations are {', '.join(ops.OPS)}"
+            )
+        operations = frozenset(names)
+    masked_query = "zeros"
+    if "masked_query" in raw:
+        field = f"attention_ports{sep}masked_query"
+        values = _strings(raw["masked_query"])
+        if values is None or len(values) != 1:
+            raise DeclarationError(
+                f"{where}: {field} must be one of {', '.join(map(repr, MASKED_QUERY))}; "
+                f"got {_kind(raw['masked_query'])}"
+            )
+        if values[0] not in MASKED_QUERY:
+            raise DeclarationError(
+                f"{where}: {field} = {values[0]!r} is not one of {', '.join(map(repr, MASKED_QUERY))}"
+            )
+        masked_query = values[0]
+    precision = _precision(raw, where, language, f"attention_ports{sep}precision")
+    return Declaration(True, operations, masked_query, precision)
+
+
+def _precision(raw: dict[str, Any], where: str, language: str, field: str) -> str:
+    """The declared precision: one of the supported formats; R has only double (float64)."""
+    if "precision" not in raw:
+        return formats.DEFAULT
+    values = _strings(raw["precision"])
+    if values is None or len(values) != 1:
+        raise DeclarationError(
+            f"{where}: {field} must be one of {', '.join(map(repr, formats.FORMATS))}; got {_kind(raw['precision'])}"
+        )
+    try:
+        fmt = formats.get(values[0], field)
+    except formats.PrecisionError as exc:
+        raise DeclarationError(f"{where}: {exc}") from None
+    if language == "r" and fmt.name != "float64":
+        raise DeclarationError(
+            f"{where}: {field} = {fmt.name!r}: R computes in double only, so an R port is judged at "
+            "float64 (a float64 port also passes the float32 tier); remove the field"
+        )
+    return fmt.name

@@ -1,0 +1,116 @@
+"""The built-in implementations run in float32, for ``verify --precision float32`` (issue 17).
+
+* ``reference``: the NumPy reference itself, given float32 arrays (it keeps float32 through: its
+  products, exp and sums run in float32; a boolean mask becomes an additive float32 one first).
+* ``torch``: ``torch.softmax`` and ``F.scaled_dot_product_attention`` on float32 CPU tensors.
+* ``julia``: our Julia port, generic over ``T<:AbstractFloat``, sent Float32 arguments
+  (``attention_ports/runtimes/julia/adapter.py``, ``storage``): the same port, no second one.
+* ``r``: R has only double. An R port is run as it is and judged on the tier's fixtures: a float64
+  implementation passes every lower tier (its errors are far inside the float32 bounds).
+
+Results come back widened to float64, which is exact: the values judged are the float32 values.
+:func:`declared` is a Julia port's declared precision (the one the run judges it in).
+
+Layer: runtimes. Imports ``spec`` (the format table) and the implementations beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attention_ports.runtimes.builtin import ReferenceImplementation, call_reference
+from attention_ports.runtimes.impl import Arrays, Implementation, OperationMissing
+from attention_ports.spec import precision
+
+
+def _storage(inputs: Mapping[str, np.ndarray], dtype: type) -> dict[str, np.ndarray]:
+    """Real inputs in ``dtype``; a boolean mask made additive (0 / -inf) in it; integers as they are."""
+    out = {}
+    for name, arr in inputs.items():
+        if arr.dtype == np.bool_ and name == "mask":
+            arr = np.where(arr, 0.0, -np.inf).astype(dtype)
+        elif arr.dtype.kind == "f":
+            arr = arr.astype(dtype)
+        out[name] = arr
+    return out
+
+
+def _widened(result: Mapping[str, Any]) -> Arrays:
+    return {k: np.asarray(v, dtype=np.float64) for k, v in result.items()}
+
+
+def _tier_op(op: str, impl: str) -> None:
+    if op not in precision.TIER_OPS:
+        raise OperationMissing(
+            f"{op} is not in the float32 tier of {impl} (its operations: {', '.join(precision.TIER_OPS)})"
+        )
+
+
+class Float32Reference(ReferenceImplementation):
+    def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
+        _tier_op(op, "reference")
+        opts = {k: float(v) if isinstance(v, float) else v for k, v in options.items()}  # weak scalars
+        return _widened(call_reference(op, _storage(inputs, np.float32), opts))
+
+    def describe(self) -> str:
+        return super().describe() + ", run in float32"
+
+
+def torch_float32() -> Implementation:
+    from attention_ports.runtimes import torch_impl  # torch is optional: imported only when asked for
+
+    torch, F = torch_impl.torch, torch_impl.F
+
+    class Float32Torch(torch_impl.TorchImplementation):
+        def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
+            _tier_op(op, "torch")
+            return _widened(super().run(op, inputs, options))
+
+        def _op_softmax(self, inputs, options):
+            return {"y": torch.softmax(torch_impl._t(inputs["x"], np.float32), dim=-1)}
+
+        def _op_scaled_dot_product_attention(self, inputs, options):
+            mask = inputs.get("mask")
+            if mask is not None:
+                mask = torch.from_numpy(
+                    np.ascontiguousarray(mask if mask.dtype == np.bool_ else mask.astype(np.float32))
+                )
+            q, k, v = (torch_impl._t(inputs[n], np.float32) for n in "qkv")
+            out, w = torch_impl._sdpa(q, k, v, mask, options.get("scale"))
+            return {"output": out, "weights": w}
+
+        def describe(self) -> str:
+            return super().describe().replace("(float64, CPU)", "(float32, CPU)")
+
+    del F
+    return Float32Torch()
+
+
+def create(name: str, port: Path | None, fmt: str) -> Implementation | None:
+    """The built-in ``name`` in ``fmt``, or None where the default construction is right."""
+    if fmt == precision.DEFAULT:
+        return None
+    if name == "reference":
+        return Float32Reference()
+    if name == "torch":
+        return torch_float32()
+    if name == "julia":
+        from attention_ports.runtimes.julia.adapter import JuliaImplementation
+
+        return JuliaImplementation(port, precision=fmt)
+    return None  # r: double only, judged as it is
+
+
+def declared(port: Path) -> tuple[Implementation | None, str]:
+    """A Julia port and the precision it declares; a port that cannot load is left to the run."""
+    from attention_ports.runtimes.julia.adapter import JuliaImplementation
+
+    try:
+        impl = JuliaImplementation(port)
+        return impl, impl.precision
+    except Exception:  # the run reports it as usual, case by case, judged in float64
+        return None, precision.DEFAULT

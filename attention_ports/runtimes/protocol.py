@@ -1,0 +1,409 @@
+"""The wire protocol between this process and a port's worker process (R or Julia).
+
+One request, then one reply, at a time, on two private pipes (never the worker's stdout or
+stderr, which belong to the port and are captured as its output; see
+:mod:`attention_ports.runtimes.supervisor`). Every message is a *frame*:
+
+    frame   := magic (4 bytes), u64 id, u64 body length, body          all little-endian
+
+The request magic is ``APq1``, the reply magic ``APr1``. The parent numbers its requests 1, 2, ...
+and a reply carries the id of the request it answers (the start-up message, 0). A reply whose
+magic, id, length or body does not check out is a :class:`ProtocolError`: the supervisor reports
+that call as an error and replaces the worker. A reply body longer than ``max_reply_bytes``
+(``ATTENTION_PORTS_MAX_REPLY_BYTES``, default :data:`MAX_REPLY_BYTES` = 4 GiB) is refused
+before anything is allocated for it.
+
+Bodies (``str`` is u32 byte count + UTF-8; counts are u32):
+
+    request := 'C' str op, u32 n, n x (u8 mode, str name, value)   call op; mode 'p' positional,
+                                                                    'k' by name (keyword)
+             | 'Q'                                                  quit
+    reply   := 'H' str description, str notes, value declaration   started; port loaded
+             | 'L' str message                                      the port cannot be loaded
+             | 'R' str notes, u32 n, n x (str name, array)          results ("" = a bare array)
+             | 'T' f64 seconds, then as 'R'                         results, with the seconds the
+                                                                    port's own call took in the worker
+             | 'M' str message                                      the port lacks op
+             | 'E' str message                                      the call raised
+    value   := 'N' | 'B' u8 | 'I' i64 | 'F' f64 | 'S' str
+             | 'A' u8 ndim, ndim x i64 dims, f64 elements in column-major order
+             | 'Z' the same with i64 elements        (integer arrays: lengths, labels; R integers)
+             | 'K' the same with u8 elements 0 / 1   (logical arrays)
+             | 'f' f32 | 'a' the same with f32 elements   (a float32 port's arguments: Julia only;
+                                                    attention_ports/spec/precision.py)
+             | 'T' u32 n, n x (str name, value)      (a named group: params -> NamedTuple / list)
+             | 'V' u32 n, n x value                  (a list -> Vector / vector)
+             | 'X' str type                          (a value with no wire form; declarations only)
+
+``notes`` are R warnings (load-time in 'H', per call in 'R'), one per line; Julia sends "".
+``seconds`` ('T', what both our workers send) is the wall time of the port's function alone,
+measured around it in the worker: ``attention-ports bench`` subtracts it from the round trip to
+get the transport's overhead. A negative, infinite or NaN value is a malformed reply.
+``declaration`` is the port's optional ``attention_ports`` object as the worker found it ('N'
+when absent); :mod:`attention_ports.runtimes.declaration` validates it. Arrays are column-major, the order
+of both Julia and R: a C-order NumPy array of shape (a, b) is, byte for byte, the column-major
+array of shape (b, a), which is what the Julia adapter ships (its layout is the reversed axes).
+
+No pickles, no eval: every value is decoded by the fixed rules above, with every length checked
+against what is left of the body.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+REQUEST_MAGIC = b"APq1"
+REPLY_MAGIC = b"APr1"
+HEADER = struct.Struct("<4sQQ")  # magic, id, body length
+MAX_REPLY_BYTES = 1 << 32
+MAX_REPLY_ENV = "ATTENTION_PORTS_MAX_REPLY_BYTES"
+MAX_NDIM = 32
+MAX_TEXT = 1 << 20  # characters of a message kept; a port's error text longer than this is cut
+# The pipes a worker talks over (the supervisor's) and the raw pipe `bench` measures against.
+F_SETPIPE_SZ = 1031  # Linux fcntl: a 1 MiB pipe moves big arrays in fewer wake-ups
+PIPE_SIZE = 1 << 20
+
+_U8, _U32, _I64, _F64 = struct.Struct("<B"), struct.Struct("<I"), struct.Struct("<q"), struct.Struct("<d")
+_LE_F8, _LE_I8, _U1 = np.dtype("<f8"), np.dtype("<i8"), np.dtype("u1")
+_LE_F4, _F32 = np.dtype("<f4"), struct.Struct("<f")
+_ARRAY_TAGS = {b"A": _LE_F8, b"Z": _LE_I8, b"K": _U1, b"a": _LE_F4}
+_BYTES = [bytes([i]) for i in range(256)]
+_DIMS = [struct.Struct(f"<B{n}q") for n in range(MAX_NDIM + 1)]  # ndim, then the dims
+_SHAPES = [struct.Struct(f"<{n}q") for n in range(MAX_NDIM + 1)]
+
+
+def _dims(ndim: int) -> struct.Struct:
+    return _DIMS[ndim]
+
+
+# A buffer the writer sends as it is (bytes, or a memoryview of an array's memory: no copy).
+Part = bytes | memoryview  # a memoryview of bytes (format "B"): len() is its size in bytes
+
+
+class ProtocolError(Exception):
+    """A frame or body that does not follow the protocol (garbage, a wrong id, a bad length)."""
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A declaration value the worker could not put on the wire ('X'): its type, as the worker named it."""
+
+    type: str
+
+
+def max_reply_bytes() -> int:
+    raw = os.environ.get(MAX_REPLY_ENV)
+    if not raw:
+        return MAX_REPLY_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{MAX_REPLY_ENV}={raw!r} is not a whole number of bytes") from None
+    if value <= 0:
+        raise ValueError(f"{MAX_REPLY_ENV}={raw!r} must be positive")
+    return value
+
+
+# --- encoding -------------------------------------------------------------------------------------
+def _str(s: str) -> bytes:
+    b = s.encode()
+    return _U32.pack(len(b)) + b
+
+
+def encode_value(out: list[Part], value: Any) -> None:
+    """Append ``value``'s encoding to ``out``; arrays as views of their own memory when possible."""
+    if isinstance(value, np.ndarray):  # first: what calls carry most
+        if value.ndim > MAX_NDIM:
+            raise ValueError(f"cannot send an array of {value.ndim} dimensions to a worker (at most {MAX_NDIM})")
+        kind = value.dtype.kind
+        if kind == "b":
+            tag, dtype = b"K", _U1
+        elif kind in "iu":
+            tag, dtype = b"Z", _LE_I8
+        elif value.dtype == np.float32:
+            tag, dtype = b"a", _LE_F4
+        else:
+            tag, dtype = b"A", _LE_F8
+        a = value if value.dtype == dtype else np.asarray(value, dtype=dtype)
+        if not a.flags.f_contiguous:
+            a = np.asfortranarray(a)
+        out.append(tag + _dims(a.ndim).pack(a.ndim, *a.shape))
+        if a.size:
+            out.append(memoryview(a.T.reshape(-1)).cast("B"))  # column-major bytes; a view when F-contiguous
+    elif value is None:
+        out.append(b"N")
+    elif isinstance(value, bool | np.bool_):
+        out.append(b"B\x01" if value else b"B\x00")
+    elif isinstance(value, int | np.integer):
+        out.append(b"I" + _I64.pack(int(value)))
+    elif isinstance(value, np.float32):
+        out.append(b"f" + _F32.pack(float(value)))
+    elif isinstance(value, float | np.floating):
+        out.append(b"F" + _F64.pack(float(value)))
+    elif isinstance(value, str):
+        out.append(b"S" + _str(value))
+    elif isinstance(value, dict):
+        out.append(b"T" + _U32.pack(len(value)))
+        for key, item in value.items():
+            out.append(_str(key))
+            encode_value(out, item)
+    elif isinstance(value, list | tuple):
+        out.append(b"V" + _U32.pack(len(value)))
+        for item in value:
+            encode_value(out, item)
+    elif isinstance(value, Unsupported):
+        out.append(b"X" + _str(value.type))
+    else:
+        raise TypeError(f"cannot send a {type(value).__name__} to a worker: {value!r}")
+
+
+def frame(magic: bytes, ident: int, body: Sequence[Part]) -> list[Part]:
+    """The frame around ``body``: a header part, then the body's parts (nothing is joined)."""
+    length = sum(len(p) for p in body)
+    return [HEADER.pack(magic, ident, length), *body]
+
+
+@dataclass
+class Arg:
+    """One argument of a call: positional (``mode`` "p") or by name ("k")."""
+
+    mode: str
+    name: str
+    value: Any
+
+
+def encode_request_body(op: str, args: Iterable[Arg]) -> list[Part]:
+    args = list(args)
+    out: list[Part] = [b"C" + _str(op) + _U32.pack(len(args))]
+    for arg in args:
+        if arg.mode not in ("p", "k"):
+            raise ValueError(f"argument {arg.name!r}: mode must be 'p' or 'k', got {arg.mode!r}")
+        out.append(arg.mode.encode() + _str(arg.name))
+        encode_value(out, arg.value)
+    return out
+
+
+def encode_request(ident: int, op: str, args: Iterable[Arg]) -> list[Part]:
+    return frame(REQUEST_MAGIC, ident, encode_request_body(op, args))
+
+
+def encode_quit(ident: int) -> list[Part]:
+    return frame(REQUEST_MAGIC, ident, [b"Q"])
+
+
+# Reply bodies, for a worker written in Python (the R worker).
+def reply_hello(description: str, notes: str, declaration: Any) -> list[Part]:
+    out: list[Part] = [b"H" + _str(description) + _str(notes)]
+    encode_value(out, declaration)
+    return out
+
+
+def reply_load_error(message: str) -> list[Part]:
+    return [b"L" + _str(message)]
+
+
+def reply_results(notes: str, results: Sequence[tuple[str, np.ndarray]], seconds: float | None = None) -> list[Part]:
+    """'R', or 'T' with the port's own seconds when given."""
+    head = b"R" if seconds is None else b"T" + _F64.pack(seconds)
+    out: list[Part] = [head + _str(notes) + _U32.pack(len(results))]
+    for name, array in results:
+        out.append(_str(name))
+        encode_value(out, array)
+    return out
+
+
+def reply_missing(message: str) -> list[Part]:
+    return [b"M" + _str(message)]
+
+
+def reply_error(message: str) -> list[Part]:
+    return [b"E" + _str(message)]
+
+
+# --- decoding -------------------------------------------------------------------------------------
+class Reader:
+    """Reads one body, checking every length against what is left of it."""
+
+    def __init__(self, data: bytes | bytearray | memoryview | np.ndarray):
+        self.data = data
+        self.view = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else memoryview(data)
+        self.pos = 0
+        self.end = len(self.view)
+
+    def left(self) -> int:
+        return self.end - self.pos
+
+    def _need(self, n: int) -> int:
+        """The offset of the next ``n`` bytes, which are then consumed; checked against what is left."""
+        pos = self.pos
+        if n < 0 or n > self.end - pos:
+            raise ProtocolError(f"truncated body: {n} bytes wanted at offset {pos}, {self.end - pos} left")
+        self.pos = pos + n
+        return pos
+
+    def take(self, n: int) -> memoryview:
+        pos = self._need(n)
+        return self.view[pos : pos + n]
+
+    def unpack(self, s: struct.Struct) -> Any:
+        (value,) = s.unpack_from(self.view, self._need(s.size))
+        return value
+
+    def u32(self) -> int:
+        return self.unpack(_U32)
+
+    def byte(self) -> bytes:
+        return _BYTES[self.view[self._need(1)]]
+
+    def str(self) -> str:
+        n = self.u32()
+        pos = self._need(n)
+        text = str(self.view[pos : pos + n], "utf-8", "replace")
+        return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"\n[... {len(text) - MAX_TEXT} characters cut]"
+
+    def array(self, tag: bytes) -> np.ndarray:
+        dtype = _ARRAY_TAGS[tag]
+        ndim = self.unpack(_U8)
+        if ndim > MAX_NDIM:
+            raise ProtocolError(f"an array of {ndim} dimensions (at most {MAX_NDIM})")
+        shape = _SHAPES[ndim].unpack_from(self.view, self._need(8 * ndim))
+        count = 1
+        for d in shape:
+            if d < 0:
+                raise ProtocolError(f"an array of negative size {shape}")
+            count *= d
+        nbytes = count * dtype.itemsize
+        if nbytes > self.left():
+            raise ProtocolError(f"an array of shape {shape} needs {nbytes} bytes; {self.left()} left")
+        offset = self.pos
+        self.pos += nbytes
+        flat = np.frombuffer(self.data, dtype=dtype, count=count, offset=offset) if count else np.empty(0, dtype)
+        a = flat.reshape(shape, order="F")  # the sender's own shape and memory order: no copy
+        return a.astype(bool) if tag == b"K" else a
+
+    def value(self, depth: int = 0) -> Any:
+        if depth > 16:
+            raise ProtocolError("values nested more than 16 deep")
+        tag = self.byte()
+        if tag == b"N":
+            return None
+        if tag == b"B":
+            return self.unpack(_U8) != 0
+        if tag == b"I":
+            return self.unpack(_I64)
+        if tag == b"F":
+            return self.unpack(_F64)
+        if tag == b"f":
+            return np.float32(self.unpack(_F32))
+        if tag == b"S":
+            return self.str()
+        if tag in _ARRAY_TAGS:
+            return self.array(tag)
+        if tag == b"T":
+            return {self.str(): self.value(depth + 1) for _ in range(self.u32())}
+        if tag == b"V":
+            return [self.value(depth + 1) for _ in range(self.u32())]
+        if tag == b"X":
+            return Unsupported(self.str())
+        raise ProtocolError(f"unknown value tag {tag!r} at offset {self.pos - 1}")
+
+    def finish(self) -> None:
+        if self.left():
+            raise ProtocolError(f"{self.left()} stray bytes after the message")
+
+
+@dataclass
+class Reply:
+    """A decoded reply: ``kind`` is one of H L R M E."""
+
+    kind: str
+    message: str = ""  # L, M, E; H: the description
+    notes: str = ""  # H, R
+    results: dict[str, np.ndarray] = field(default_factory=dict)  # R
+    declaration: Any = None  # H
+    seconds: float | None = None  # R sent as 'T': the port's own time in the worker
+
+
+def decode_reply(body: bytes | bytearray | memoryview | np.ndarray) -> Reply:
+    r = Reader(body)
+    kind = r.byte()
+    if kind == b"H":
+        reply = Reply("H", message=r.str(), notes=r.str(), declaration=r.value())
+    elif kind in (b"L", b"M", b"E"):
+        reply = Reply(kind.decode(), message=r.str())
+    elif kind in (b"R", b"T"):
+        seconds = None
+        if kind == b"T":
+            seconds = r.unpack(_F64)
+            if not 0.0 <= seconds < math.inf:
+                raise ProtocolError(f"a call that took {seconds!r} seconds")
+        reply = Reply("R", notes=r.str(), seconds=seconds)
+        for _ in range(r.u32()):
+            name = r.str()
+            tag = r.byte()
+            if tag not in _ARRAY_TAGS:
+                raise ProtocolError(f"result {name!r} is not an array (tag {tag!r})")
+            if name in reply.results:
+                raise ProtocolError(f"result {name!r} sent twice")
+            reply.results[name] = r.array(tag)
+    else:
+        raise ProtocolError(f"unknown reply kind {kind!r}")
+    r.finish()
+    return reply
+
+
+@dataclass
+class Request:
+    op: str  # "" for quit
+    args: list[Arg]
+
+
+def decode_request(body: bytes | bytearray | memoryview | np.ndarray) -> Request:
+    """A request body (the R worker's side); arrays are views of ``body``."""
+    r = Reader(body)
+    kind = r.byte()
+    if kind == b"Q":
+        r.finish()
+        return Request("", [])
+    if kind != b"C":
+        raise ProtocolError(f"unknown request kind {kind!r}")
+    op = r.str()
+    args = []
+    for _ in range(r.u32()):
+        mode = r.byte().decode(errors="replace")
+        if mode not in ("p", "k"):
+            raise ProtocolError(f"argument mode {mode!r}")
+        name = r.str()
+        args.append(Arg(mode, name, r.value()))
+    r.finish()
+    return Request(op, args)
+
+
+def check_header(header: bytes | memoryview, magic: bytes, ident: int, limit: int) -> int:
+    """The body length of a frame header, after checking its magic, id and length."""
+    got_magic, got_id, length = HEADER.unpack(header)
+    if got_magic != magic:
+        raise ProtocolError(f"not a frame (it starts {bytes(header[:12])!r}...)")
+    if length > limit:
+        raise ProtocolError(f"a reply of {length} bytes, over the limit of {limit} ({MAX_REPLY_ENV})")
+    if got_id != ident:
+        raise ProtocolError(f"a reply to request {got_id}, expected {ident}")
+    return length
+
+
+def consume(views: collections.deque[memoryview], n: int) -> None:
+    """Drop the first ``n`` bytes of ``views`` (what one ``os.writev`` wrote of a frame's parts)."""
+    while n:
+        if n >= len(views[0]):
+            n -= len(views.popleft())
+        else:
+            views[0] = views[0][n:]
+            n = 0

@@ -1,0 +1,226 @@
+"""PyTorch as an independent oracle, in float64.
+
+Attention goes through torch's own kernels, not a transcription of the reference:
+``F.scaled_dot_product_attention`` (its ``scale`` and ``attn_mask``) and ``nn.MultiheadAttention``
+loaded with the case's weights. SDPA does not return its weights, so they are obtained from the
+same kernel by attending over an identity value matrix (``weights @ I = weights``), which keeps
+torch's own masking semantics, fully masked rows included: their convention differs between the
+two kernels, and ``masked_query_for`` says which each follows (``MASKED_QUERY``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from attention_ports.runtimes.impl import Arrays, Implementation, ImplementationUnavailable, OperationMissing
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError as exc:  # torch is an optional extra for users
+    raise ImplementationUnavailable(f"torch is not installed ({exc}); pip install 'attention-ports[torch]'") from exc
+
+
+def _t(a: np.ndarray, dtype: type = np.float64) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype))
+
+
+def _mask(mask: np.ndarray | None) -> torch.Tensor | None:
+    if mask is None:
+        return None
+    return torch.from_numpy(np.ascontiguousarray(mask)) if mask.dtype == bool else _t(mask)
+
+
+# Above this many keys the identity trick (n_q n_k^2 work, an n_k x n_k identity) costs too much
+# (the scale tier goes to 16384 keys): the weights come from torch.softmax of the same scores, a
+# query with no key left getting zero weights as SDPA gives it.
+EYE_MAX_KEYS = 1024
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float | None):
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    if k.shape[-2] <= EYE_MAX_KEYS:
+        eye = torch.eye(k.shape[-2], dtype=v.dtype)
+        return out, F.scaled_dot_product_attention(q, k, eye, attn_mask=mask, scale=scale)
+    scores = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -torch.inf) if mask.dtype == torch.bool else scores + mask
+    weights = torch.softmax(scores, dim=-1)
+    del scores
+    if mask is not None:
+        keep = mask if mask.dtype == torch.bool else ~torch.isneginf(mask)
+        weights[~keep.any(dim=-1)] = 0.0  # NaN (0/0) for a query with no key left
+    return out, weights
+
+
+def _linear(x: torch.Tensor, w: np.ndarray, b: np.ndarray | None) -> torch.Tensor:
+    # The reference's x @ W is torch's linear with weight W^T.
+    return F.linear(x, _t(w).T, None if b is None else _t(b))
+
+
+def _version() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+# torch's own conventions for a query whose mask removes every key (attention_ports/spec/conventions.py),
+# declared, never patched over: F.scaled_dot_product_attention gives it zero weights and output
+# since torch 2.5 (NaN before); nn.MultiheadAttention takes the softmax of an all -inf row itself and
+# returns NaN weights and a NaN output row. Its outputs are judged against what each implies.
+SDPA_MASKED_QUERY = "zeros" if _version() >= (2, 5) else "nan"
+MASKED_QUERY = {
+    "scaled_dot_product_attention": SDPA_MASKED_QUERY,
+    "self_attention": SDPA_MASKED_QUERY,
+    "multi_head_attention": "nan",
+}
+
+
+class TorchImplementation(Implementation):
+    name = "torch"
+    masked_query = SDPA_MASKED_QUERY
+
+    def masked_query_for(self, op: str) -> str:
+        return MASKED_QUERY.get(op, self.masked_query)
+
+    def __init__(self) -> None:
+        # One intra-op thread (process-wide): the fixture cases are small, where torch's spinning
+        # thread pool costs far more than it gives (measured on 2 busy cores: the two training cases
+        # 2.7 s with one thread, 25 s with two), and verify runs the implementations side by side.
+        torch.set_num_threads(1)
+
+    def describe(self) -> str:
+        return (
+            f"torch {torch.__version__} (float64, CPU); masked_query = {SDPA_MASKED_QUERY} "
+            f"(scaled_dot_product_attention), {MASKED_QUERY['multi_head_attention']} (nn.MultiheadAttention)"
+        )
+
+    def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
+        handler = getattr(self, f"_op_{op}", None)
+        if handler is None:
+            raise OperationMissing(f"{op} is not defined in the torch implementation")
+        with torch.enable_grad() if op.startswith("classifier_") else torch.no_grad():
+            out = handler(inputs, options)
+        return {k: v.detach().numpy().copy() if isinstance(v, torch.Tensor) else np.asarray(v) for k, v in out.items()}
+
+    def _op_softmax(self, inputs, options):
+        return {"y": torch.softmax(_t(inputs["x"]), dim=-1)}
+
+    def _op_scaled_dot_product_attention(self, inputs, options):
+        out, w = _sdpa(
+            _t(inputs["q"]), _t(inputs["k"]), _t(inputs["v"]), _mask(inputs.get("mask")), options.get("scale")
+        )
+        return {"output": out, "weights": w}
+
+    def _op_self_attention(self, inputs, options):
+        x = _t(inputs["x"])
+        q = _linear(x, inputs["w_q"], inputs.get("b_q"))
+        k = _linear(x, inputs["w_k"], inputs.get("b_k"))
+        v = _linear(x, inputs["w_v"], inputs.get("b_v"))
+        out, w = _sdpa(q, k, v, _mask(inputs.get("mask")), options.get("scale"))
+        return {"q": q, "k": k, "v": v, "weights": w, "output": out}
+
+    def _op_multi_head_attention(self, inputs, options):
+        d = inputs["w_q"].shape[0]
+        has_bias = any(f"b_{n}" in inputs for n in "qkvo")
+        mha = torch.nn.MultiheadAttention(
+            d, int(options["num_heads"]), bias=has_bias, batch_first=True, dtype=torch.float64
+        )
+        zeros = np.zeros(d)
+        mha.in_proj_weight.copy_(torch.cat([_t(inputs[f"w_{n}"]).T for n in "qkv"]))
+        mha.out_proj.weight.copy_(_t(inputs["w_o"]).T)
+        if has_bias:
+            mha.in_proj_bias.copy_(torch.cat([_t(inputs.get(f"b_{n}", zeros)) for n in "qkv"]))
+            mha.out_proj.bias.copy_(_t(inputs.get("b_o", zeros)))
+        mask = inputs.get("mask")
+        # nn.MultiheadAttention's boolean masks mean True = *blocked*, the opposite of SDPA's;
+        # an additive float mask means the same thing to both, so always pass that.
+        attn_mask = None if mask is None else _t(np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask)
+        out, w = mha(
+            _t(inputs["query"])[None],
+            _t(inputs["key"])[None],
+            _t(inputs["value"])[None],
+            attn_mask=attn_mask,
+            need_weights=True,
+            average_attn_weights=False,
+        )
+        return {"output": out[0], "weights": w[0]}
+
+
+# ------------------------------------------------------------------ seed 003's classifier
+# The forward is written with torch ops and the gradients come from autograd, so the reference's
+# hand-written backward is checked against an implementation that never derived one.
+_CLF_PARAMS = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_f", "b_f")
+
+
+def _clf_params(inputs: Mapping[str, np.ndarray], grad: bool) -> dict[str, torch.Tensor]:
+    return {n: _t(inputs[f"params.{n}"]).clone().requires_grad_(grad) for n in _CLF_PARAMS}
+
+
+def _clf_forward(x_emb: torch.Tensor, p: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    n = x_emb.shape[0]
+    x = torch.cat([x_emb, torch.arange(n, dtype=torch.float64)[:, None]], dim=1)  # (n, d)
+    q, k, v = (F.linear(x, p[f"w_{s}"].T, p[f"b_{s}"]) for s in "qkv")
+    weights = torch.softmax(q @ k.T / x.shape[1] ** 0.5, dim=-1)  # (n, n)
+    z = weights @ v
+    f = F.linear(z, p["w_f"].T, p["b_f"])  # (n, c)
+    pooled = f.mean(dim=0)
+    return {"x": x, "q": q, "k": k, "v": v, "weights": weights, "z": z, "f": f, "pooled": pooled}
+
+
+def _clf_step(x_emb: np.ndarray, label: int, params: dict[str, torch.Tensor], lr: float, frozen: set[str]):
+    p = {n: t.detach().clone().requires_grad_(True) for n, t in params.items()}
+    fw = _clf_forward(_t(x_emb), p)
+    loss = F.cross_entropy(fw["pooled"][None], torch.tensor([label]))
+    grads = dict(zip(_CLF_PARAMS, torch.autograd.grad(loss, [p[n] for n in _CLF_PARAMS]), strict=True))
+    with torch.no_grad():
+        new = {n: p[n] if n in frozen else p[n] - lr * grads[n] for n in _CLF_PARAMS}
+        probs = torch.softmax(fw["pooled"], dim=0)
+    return loss.detach(), probs, grads, {n: t.detach() for n, t in new.items()}
+
+
+def _op_classifier_forward(self, inputs, options):
+    p = _clf_params(inputs, grad=False)
+    fw = _clf_forward(_t(inputs["x_emb"]), p)
+    return {**fw, "probs": torch.softmax(fw["pooled"], dim=0)}
+
+
+def _op_classifier_step(self, inputs, options):
+    frozen = set(options.get("frozen") or ())
+    loss, probs, grads, new = _clf_step(
+        inputs["x_emb"], int(inputs["label"]), _clf_params(inputs, False), options["lr"], frozen
+    )
+    return {
+        "loss": loss,
+        "probs": probs,
+        **{f"grads.{n}": g for n, g in grads.items()},
+        **{f"params.{n}": t for n, t in new.items()},
+    }
+
+
+def _op_classifier_train(self, inputs, options):
+    frozen = set(options.get("frozen") or ())
+    params = _clf_params(inputs, False)
+    offsets = np.concatenate([[0], np.cumsum(inputs["lengths"])]).astype(int)
+    sentences = [
+        (inputs["tokens"][a:b], int(lab)) for a, b, lab in zip(offsets[:-1], offsets[1:], inputs["labels"], strict=True)
+    ]
+    epoch_losses = []
+    for _ in range(int(options["epochs"])):
+        total, count = 0.0, 0
+        for x_emb, label in sentences:
+            if x_emb.shape[0] == 0:  # a sentence with no known words is skipped, as in seed 003
+                continue
+            loss, _, _, params = _clf_step(x_emb, label, params, options["lr"], frozen)
+            total += float(loss)
+            count += 1
+        epoch_losses.append(total / count)
+    return {"epoch_losses": np.array(epoch_losses), **{f"params.{n}": t for n, t in params.items()}}
+
+
+# torch.no_grad() in run() would stop autograd: the classifier ops manage gradients themselves.
+TorchImplementation._op_classifier_forward = _op_classifier_forward
+TorchImplementation._op_classifier_step = _op_classifier_step
+TorchImplementation._op_classifier_train = _op_classifier_train

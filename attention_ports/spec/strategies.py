@@ -1,0 +1,322 @@
+"""Hypothesis strategies: one per operation, each drawing a whole generated case.
+
+A drawn case is what a catalogue case is (an operation, its input arrays in the reference layout,
+its options), so it is judged exactly like a fixture (``attention_ports.tiers.random``). The draws
+aim at what breaks ports, not at uniform coverage:
+
+- shapes whose sizes are all distinct (``_sizes``), so no transpose or swapped axis can hide, and
+  with 1 among them often enough (one query, one key, one feature, one head);
+- every mask: none, boolean, causal with any diagonal (bottom-right alignment included), key
+  padding, additive 0/-inf, finite additive values, rows of order -1e3, fully masked queries;
+- scales: none (1/sqrt(d_k)), 1, and others (0 included);
+- magnitudes across the numeric regimes: ordinary values, arrays scaled by 2^k (k = 4, 6, 8) so
+  scaled logits pass exp's overflow at 709, opposite offsets on queries and keys that push a whole row of logits
+  below exp's underflow at -745, few distinct values (ties), identical keys;
+- for the classifier, the regimes of its output softmax (large feed-forward weights), frozen
+  parameters, empty sentences in a training set; trajectories with a saturated output softmax
+  and with large learning rates, on purpose (``TRAIN_REGIMES``).
+
+Every value is a double drawn by hypothesis and scaled by a power of two (exact), so shrinking
+gives small, readable cases: zeros, small integers, the fewest rows. Magnitudes stop where float64
+attention is still well conditioned enough for the error analysis to bound it (``bounds`` refuses
+a first-order bound past that; such a draw is counted and not judged, as one the truth cannot
+certify).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from attention_ports.spec import ops
+
+MAX_SIZE = 6  # every size is drawn from 1..MAX_SIZE (heads: fewer), so a case costs milliseconds
+CLASSES = 3  # seed 003's classifier: negative, neutral, positive
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One generated case: an operation, its inputs (reference layout) and its options."""
+
+    op: str
+    inputs: dict[str, np.ndarray]
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        shapes = ", ".join(f"{n} {a.dtype.name}{list(a.shape)}" for n, a in self.inputs.items())
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"{self.op}({shapes}{'; ' + opts if opts else ''})"
+
+
+# ---------------------------------------------------------------- values
+
+
+COARSE = (0.0, 1.0, -1.0, 0.5, -0.5, 2.0)
+# Arrays up to this many elements are drawn element by element (hypothesis shrinks each value);
+# larger ones from a drawn seed with NumPy's generator (drawing thousands of elements one by one is
+# most of a run's time; shrinking still makes them smaller, and then element-wise).
+ELEMENTWISE = 24
+
+
+def _elements(kind: str) -> st.SearchStrategy[float]:
+    if kind == "coarse":  # few distinct values: tied scores, exact zeros, identical rows
+        return st.sampled_from(COARSE)
+    if kind == "edgy":  # hypothesis's own choice of awkward doubles: -0.0, subnormals, 1 - 2^-53, ...
+        return st.floats(-2.0, 2.0, allow_nan=False, allow_infinity=False)
+    # Every bit of the significand in use (a port that rounds through float32 cannot hide): +-m 2^e,
+    # m a 53-bit significand, |value| in [1/8, 2). Shrinks to 1.0. (Not integers(-2^53, 2^53) * 2^-52:
+    # hypothesis favours small integers, which would make most values ~1e-15.)
+    return st.builds(
+        _double, st.sampled_from([1.0, -1.0]), st.integers(2**52, 2**53 - 1), st.sampled_from([0, -1, -2, -3])
+    )
+
+
+def _double(sign: float, significand: int, exponent: int) -> float:
+    return sign * significand * 2.0 ** (exponent - 52)  # exact: a 53-bit integer times a power of two
+
+
+@st.composite
+def values(draw: st.DrawFn, shape: tuple[int, ...], big: bool = False, exponents=(4, 6, 8)) -> np.ndarray:
+    """A float64 array of ``shape``: ordinary values, or (``big``) scaled by 2^k, k one of ``exponents``."""
+    # Listed simplest first: hypothesis shrinks towards the first, so a minimal case reads 0, 1, -0.5.
+    kind = draw(st.sampled_from(["coarse", "edgy", "full", "full", "full"]))
+    if int(np.prod(shape)) <= ELEMENTWISE:
+        # fill=nothing: every element drawn on its own (hypothesis otherwise fills most with one value)
+        arr = draw(hnp.arrays(np.float64, shape, elements=_elements(kind), fill=st.nothing()))
+    else:
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        if kind == "coarse":
+            arr = rng.choice(np.array(COARSE), shape)
+        else:
+            significand = rng.integers(2**52, 2**53, shape) * 2.0 ** (rng.integers(-3, 1, shape) - 52)
+            arr = np.where(rng.integers(0, 2, shape) == 1, significand, -significand)
+    exponent = draw(st.sampled_from(exponents)) if big else 0
+    return arr * 2.0**exponent  # exact: a power of two
+
+
+def _sizes(draw: st.DrawFn, count: int, high: int = MAX_SIZE) -> list[int]:
+    """``count`` sizes, all distinct (so no transposition goes unnoticed)."""
+    return draw(st.lists(st.integers(1, high), min_size=count, max_size=count, unique=True))
+
+
+# ---------------------------------------------------------------- masks
+
+MASK_KINDS = ("none", "bool", "causal", "padding", "inf", "finite", "low")
+
+
+@st.composite
+def masks(draw: st.DrawFn, n_q: int, n_k: int) -> np.ndarray | None:
+    """A mask of shape (n_q, n_k), or None. Boolean masks keep True; additive ones add to the scores."""
+    kind = draw(st.sampled_from(MASK_KINDS))
+    if kind == "none":
+        return None
+    if kind in ("bool", "inf"):
+        keep = draw(hnp.arrays(bool, (n_q, n_k), fill=st.nothing()))
+    elif kind == "causal":  # key j kept for query i when j <= i + k; k < 0 leaves the first queries no key
+        # 1 - n_q <= k <= n_k - 2: some key masked, and the last query sees one (k = n_k - n_q: bottom right)
+        keep = np.tril(np.ones((n_q, n_k), dtype=bool), k=draw(st.integers(1 - n_q, max(n_k - 2, 1 - n_q))))
+    elif kind == "padding":  # the first `valid` keys are real, the rest padding (at least one of each)
+        keep = np.zeros((n_q, n_k), dtype=bool)
+        keep[:, : draw(st.integers(1, n_k - 1)) if n_k > 1 else 1] = True
+    else:  # finite additive values, of order 1 or (low) of order -1e3: a row below exp's underflow
+        low, high = (-1100.0, -1000.0) if kind == "low" else (-4.0, 4.0)
+        add = draw(hnp.arrays(np.float64, (n_q, n_k), elements=st.floats(low, high), fill=st.nothing()))
+        if draw(st.booleans()):  # some -inf entries as well
+            add = np.where(draw(hnp.arrays(bool, (n_q, n_k), fill=st.nothing())), -np.inf, add)
+        return _with_dead_rows(draw, add, n_q)
+    if kind != "causal":  # a causal mask's negative diagonals leave queries without a key already
+        keep = _with_dead_rows(draw, keep, n_q)
+    if kind == "inf" or draw(st.booleans()):  # the additive 0/-inf form
+        return np.where(keep, 0.0, -np.inf)
+    return keep
+
+
+def _with_dead_rows(draw: st.DrawFn, mask: np.ndarray, n_q: int) -> np.ndarray:
+    """Sometimes remove every key of some queries (the masked-query conventions decide those rows)."""
+    if draw(st.integers(0, 3)) != 0:
+        return mask
+    dead = draw(st.lists(st.integers(0, n_q - 1), min_size=1, max_size=n_q, unique=True))
+    out = mask.copy()
+    out[dead] = False if out.dtype == bool else -np.inf
+    return out
+
+
+def scales() -> st.SearchStrategy[float | None]:
+    return st.one_of(st.none(), st.just(1.0), st.floats(0.0, 4.0, allow_nan=False))
+
+
+# ---------------------------------------------------------------- operations
+
+
+@st.composite
+def softmax_cases(draw: st.DrawFn) -> Drawn:
+    rows, cols = _sizes(draw, 2, high=7)
+    x = draw(values((rows, cols), big=draw(st.booleans())))
+    if draw(st.booleans()):  # -inf entries: masked positions, sometimes whole rows (NaN by definition)
+        removed = draw(hnp.arrays(bool, (rows, cols), fill=st.nothing()))
+        x = np.where(removed, -np.inf, x)
+    if draw(st.integers(0, 3)) == 0:  # a whole row far below exp's underflow, or above its overflow
+        x[draw(st.integers(0, rows - 1))] += draw(st.sampled_from([-2048.0, 1024.0]))
+    return Drawn("softmax", {"x": x})
+
+
+def _offsets(draw: st.DrawFn, width: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Opposite offsets for queries and keys: every logit of order -c^2 width, below exp's underflow."""
+    if draw(st.integers(0, 3)):
+        return None
+    c = draw(st.sampled_from([32.0, 64.0]))
+    return np.full(width, c), np.full(width, -c)
+
+
+@st.composite
+def sdpa_cases(draw: st.DrawFn) -> Drawn:
+    n_q, n_k, d_k, d_v = _sizes(draw, 4)
+    big = draw(st.booleans())
+    q = draw(values((n_q, d_k), big=big))
+    k = draw(values((n_k, d_k), big=big))
+    if draw(st.integers(0, 4)) == 0:  # identical keys: every score of a query ties
+        k = np.repeat(k[:1], n_k, axis=0)
+    shift = _offsets(draw, d_k)
+    if shift is not None:
+        q, k = q + shift[0], k + shift[1]
+    inputs = {"q": q, "k": k, "v": draw(values((n_k, d_v)))}
+    mask = draw(masks(n_q, n_k))
+    if mask is not None:
+        inputs["mask"] = mask
+    return Drawn("scaled_dot_product_attention", inputs, {"scale": draw(scales())})
+
+
+def _biases(draw: st.DrawFn, names: tuple[str, ...], width: int) -> dict[str, np.ndarray]:
+    return {f"b_{n}": draw(values((width,))) for n in names if draw(st.booleans())}
+
+
+@st.composite
+def self_attention_cases(draw: st.DrawFn) -> Drawn:
+    n, d_in, d_k, d_v = _sizes(draw, 4)
+    big = draw(st.booleans())
+    inputs = {
+        "x": draw(values((n, d_in), big=big, exponents=(2, 3))),
+        "w_q": draw(values((d_in, d_k), big=big)),
+        "w_k": draw(values((d_in, d_k), big=big)),
+        "w_v": draw(values((d_in, d_v))),
+    }
+    inputs.update(_biases(draw, ("q", "k"), d_k))
+    inputs.update(_biases(draw, ("v",), d_v))
+    shift = _offsets(draw, d_k)
+    if shift is not None:
+        inputs["b_q"], inputs["b_k"] = shift
+    mask = draw(masks(n, n))
+    if mask is not None:
+        inputs["mask"] = mask
+    return Drawn("self_attention", inputs, {"scale": draw(scales())})
+
+
+@st.composite
+def multi_head_cases(draw: st.DrawFn) -> Drawn:
+    n_q, n_k, heads, d_head = _sizes(draw, 4, high=5)
+    d = heads * d_head
+    big = draw(st.booleans())
+    inputs = {
+        "query": draw(values((n_q, d))),
+        "key": draw(values((n_k, d))),
+        "value": draw(values((n_k, d))),
+        "w_q": draw(values((d, d), big=big)),
+        "w_k": draw(values((d, d), big=big)),
+        "w_v": draw(values((d, d))),
+        "w_o": draw(values((d, d))),
+    }
+    inputs.update(_biases(draw, ("q", "k", "v", "o"), d))
+    shift = _offsets(draw, d)
+    if shift is not None:
+        inputs["b_q"], inputs["b_k"] = shift
+    mask = draw(masks(n_q, n_k))
+    if mask is not None:
+        inputs["mask"] = mask
+    return Drawn("multi_head_attention", inputs, {"num_heads": heads})
+
+
+def _params(draw: st.DrawFn, e: int, big_f: bool | None = None) -> dict[str, np.ndarray]:
+    d = e + 1  # the classifier appends each token's position as one more feature
+    if big_f is None:  # feed-forward weights that push the pooled logits past exp's range
+        big_f = draw(st.integers(0, 2)) == 0
+    shapes = {"w_q": (d, d), "b_q": (d,), "w_k": (d, d), "b_k": (d,), "w_v": (d, d), "b_v": (d,)}
+    shapes.update({"w_f": (d, CLASSES), "b_f": (CLASSES,)})
+    # 2^9..2^11 on w_f and b_f: pooled logits past 709 (or below -745) in a good share of the draws
+    return {
+        f"params.{n}": draw(values(s, big=big_f and n in ("w_f", "b_f"), exponents=(9, 10, 11)))
+        for n, s in shapes.items()
+    }
+
+
+def _frozen(draw: st.DrawFn) -> list[str]:
+    return draw(st.lists(st.sampled_from(ops.CLASSIFIER_PARAMS), unique=True, max_size=3))
+
+
+def _lr(draw: st.DrawFn) -> float:
+    return draw(st.sampled_from([0.1, 0.5, 0.01, 1.0]))
+
+
+@st.composite
+def classifier_forward_cases(draw: st.DrawFn) -> Drawn:
+    n, e = _sizes(draw, 2, high=5)
+    return Drawn("classifier_forward", {"x_emb": draw(values((n, e))), **_params(draw, e)})
+
+
+@st.composite
+def classifier_step_cases(draw: st.DrawFn) -> Drawn:
+    n, e = _sizes(draw, 2, high=5)
+    inputs = {"x_emb": draw(values((n, e))), "label": np.array(draw(st.integers(0, CLASSES - 1)), dtype=np.int64)}
+    inputs.update(_params(draw, e))
+    return Drawn("classifier_step", inputs, {"lr": _lr(draw), "frozen": _frozen(draw)})
+
+
+# The trajectories a step's bound alone misjudges, drawn on purpose: a saturated output softmax
+# (p - 1 computed to an absolute u, far above its exact size, then carried into the next steps)
+# and learning rates large enough for the dynamics to amplify an earlier step's error.
+TRAIN_REGIMES = ("ordinary", "saturated", "large_lr")
+LARGE_LR = (1.0, 2.0)
+
+
+@st.composite
+def classifier_train_cases(draw: st.DrawFn) -> Drawn:
+    regime = draw(st.sampled_from(TRAIN_REGIMES))
+    e = draw(st.integers(1, 4))
+    lengths = draw(st.lists(st.integers(0, 3), min_size=1, max_size=3).filter(lambda ls: sum(ls) > 0))
+    inputs = {
+        "tokens": draw(values((sum(lengths), e))),
+        "lengths": np.array(lengths, dtype=np.int64),
+        "labels": np.array(
+            draw(st.lists(st.integers(0, CLASSES - 1), min_size=len(lengths), max_size=len(lengths))), dtype=np.int64
+        ),
+    }
+    inputs.update(_params(draw, e, big_f=True if regime == "saturated" else None))
+    lr = draw(st.sampled_from(LARGE_LR)) if regime == "large_lr" else _lr(draw)
+    options = {"lr": lr, "epochs": draw(st.integers(1, 2)), "frozen": _frozen(draw)}
+    return Drawn("classifier_train", inputs, options)
+
+
+STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
+    "softmax": softmax_cases,
+    "scaled_dot_product_attention": sdpa_cases,
+    "self_attention": self_attention_cases,
+    "multi_head_attention": multi_head_cases,
+    "classifier_forward": classifier_forward_cases,
+    "classifier_step": classifier_step_cases,
+    "classifier_train": classifier_train_cases,
+}
+assert set(STRATEGIES) == set(ops.OPS), "every contract operation needs a strategy"
+
+
+def cases(operations: list[str] | None = None) -> st.SearchStrategy[Drawn]:
+    """Generated cases of ``operations`` (default: every contract operation)."""
+    chosen = list(operations or STRATEGIES)
+    unknown = [o for o in chosen if o not in STRATEGIES]
+    if unknown:
+        raise ValueError(f"no strategy for operation(s) {unknown}; known: {', '.join(STRATEGIES)}")
+    # The operation first, uniformly (shrinking prefers the first listed), then its own strategy.
+    return st.sampled_from(chosen).flatmap(lambda op: STRATEGIES[op]())

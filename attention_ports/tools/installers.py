@@ -1,0 +1,52 @@
+"""``attention-ports setup r|julia``: run the packaged installers (scripts/install_r.sh, install_julia.sh).
+
+The scripts travel in the wheel (attention_ports/core/paths.py says where they are), so an installed
+tool sets up its runtimes exactly as a checkout's ``make setup`` does:
+
+- r: R from Debian/Ubuntu packages when missing (root or password-less sudo), OpenBLAS, testthat,
+  and the rpy2 series that matches the R, pip-installed into *this* Python's environment.
+- julia: ``$JULIA`` or a ``julia`` on PATH when there is one; otherwise Debian bullseye's julia
+  1.5.3 unpacked into :func:`attention_ports.paths.julia_prefix` (the checkout's ``.local/julia``,
+  or a per-user data folder for an installed package, never site-packages), where the Julia
+  adapter looks for it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from attention_ports.core import paths
+
+RUNTIMES = ("r", "julia")
+
+
+def command(runtime: str) -> tuple[list[str], dict[str, str]]:
+    """The installer's command line and environment for ``runtime``."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"setup takes one of {', '.join(RUNTIMES)}, not {runtime!r}")
+    script = paths.SCRIPTS / f"install_{runtime}.sh"
+    env = dict(os.environ)
+    if runtime == "r":
+        return ["bash", str(script), sys.executable], env
+    env["ATTENTION_PORTS_JULIA_PREFIX"] = str(paths.julia_prefix())
+    return ["bash", str(script)], env
+
+
+def main(runtime: str) -> int:
+    argv, env = command(runtime)
+    if not os.path.isfile(argv[1]):
+        print(f"attention-ports setup: the installer {argv[1]} is missing from this installation", file=sys.stderr)
+        return 3
+    if shutil.which("bash") is None:
+        print("attention-ports setup: the installers are bash scripts and bash is not on PATH", file=sys.stderr)
+        return 2
+    print(f"attention-ports setup {runtime}: {' '.join(argv)}", file=sys.stderr, flush=True)
+    code = subprocess.call(argv, env=env)
+    if code != 0:
+        print(f"attention-ports setup {runtime}: the installer failed (exit status {code})", file=sys.stderr)
+        return 1
+    print(f"attention-ports setup {runtime}: done; `attention-ports doctor --need {runtime}` shows what is there")
+    return 0

@@ -1,0 +1,450 @@
+"""The mutation kit: proof that the cases catch realistic porting bugs in our own R and Julia ports.
+
+``attention_ports/tools/mutants.toml`` declares single-bug variants of our port sources as exact textual
+edits. A mutant is materialised by applying its one edit to its file (the text to find must occur
+exactly once, so a change of our port that invalidates a mutant is an error naming it, never a
+silently unmutated run) and concatenating every source file of that language, in name order, into
+one port file in a temporary folder: exactly what a user hands to ``--port``. It then runs through
+the ordinary path (``run_suite`` with ``ports={lang: file}``), so no special transport is involved.
+
+Which cases a mutant runs is read from a call graph of the port's top-level definitions (a
+definition "calls" every other top-level name that appears in its text: over-approximate, never
+under; an edit outside any definition reaches every operation). Scope "reachable" (the CLI's
+default, the full kill matrix): the cases of every contract operation from which the edited
+function is reachable; the others would pass exactly as the unmutated port does, so skipping them
+loses nothing. Scope "home" (the test suite's, to keep ``make test`` fast: a Julia worker compiles
+each operation once per mutant, ~1-2 s each): only the nearest reaching operation (ties: the first
+in contract order) plus the mutant's ``killed_in`` operations. Either way softmax's cheap cases are
+added as a load witness (scaled dot-product attention's for a mutant of softmax itself).
+
+A bug ("killed" expected) must fail or error on at least ``MIN_KILLS`` cases and pass at least one
+(it loaded and is a single bug, not a broken file); a control ("passes") must pass every case.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from attention_ports.core import paths
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries
+from attention_ports.judge.results import FAILING
+from attention_ports.judge.runner import run_suite
+from attention_ports.spec import ops
+
+REPO = paths.ASSET_ROOT  # holds ports/ (our R and Julia ports) in a checkout and in a wheel
+MUTANTS_FILE = Path(__file__).resolve().parent / "mutants.toml"
+MIN_KILLS = 2
+LANGS = ("r", "julia")
+SOURCES = {"r": ("ports/r/R", "*.R"), "julia": ("ports/julia/src", "*.jl")}
+SUFFIX = {"r": ".R", "julia": ".jl"}
+# Load witnesses: the first of these the chosen operations lack is added (softmax's cases are the
+# cheapest; a mutant of softmax itself gets scaled dot-product attention's, whose 1 x 1 case any
+# softmax gets right).
+WITNESS_OPS = ("softmax", "scaled_dot_product_attention")
+EXPECTATIONS = ("killed", "passes")
+# Runtimes that can serve several ports at once from threads: each R and each Julia port is its own
+# supervised worker process (attention_ports/runtimes/supervisor.py).
+PARALLEL = {"julia", "r"}
+
+
+class MutantError(ValueError):
+    """The mutants file is malformed or a mutant no longer applies to our port; names the mutant."""
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    lang: str
+    file: str  # relative to the repository root
+    find: str
+    replace: str
+    bug_class: str
+    description: str
+    equivalent: bool
+    expect: str  # "killed" or "passes"
+    killed_in: tuple[str, ...] = ()  # operations that must each contribute MIN_KILLS killing cases
+
+
+def _lang_of(file: str, repo: Path) -> str:
+    for lang in LANGS:
+        if file in {p.relative_to(repo).as_posix() for p in source_files(lang, repo)}:
+            return lang
+    raise KeyError(file)
+
+
+def load_mutants(path: Path = MUTANTS_FILE, repo: Path = REPO) -> list[Mutant]:
+    """Parse and validate every mutant; each edit must apply to the current sources."""
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MutantError(f"{path}: cannot read the mutants: {exc}") from exc
+    entries = raw.get("mutant")
+    if not isinstance(entries, list) or not entries:
+        raise MutantError(f"{path}: no [[mutant]] entries")
+    mutants: list[Mutant] = []
+    seen: set[str] = set()
+    required = {"id", "file", "find", "replace", "class", "description"}
+    for i, entry in enumerate(entries):
+        where = f"{path}: mutant #{i + 1} ({entry.get('id', '?')})"
+        missing = required - set(entry)
+        unknown = set(entry) - required - {"equivalent", "expect", "killed_in"}
+        if missing or unknown:
+            raise MutantError(f"{where}: missing {sorted(missing)}, unknown {sorted(unknown)}")
+        if not all(isinstance(entry[k], str) for k in required) or not re.fullmatch(r"[a-z][a-z0-9_]*", entry["id"]):
+            raise MutantError(f"{where}: every field is a string and the id is lower_snake_case")
+        if entry["id"] in seen:
+            raise MutantError(f"{where}: duplicate id")
+        seen.add(entry["id"])
+        try:
+            lang = _lang_of(entry["file"], repo)
+        except KeyError:
+            raise MutantError(f"{where}: file {entry['file']!r} is not one of our port sources") from None
+        equivalent = entry.get("equivalent", False)
+        expect = entry.get("expect", "passes" if equivalent else "killed")
+        if not isinstance(equivalent, bool) or expect not in EXPECTATIONS:
+            raise MutantError(f"{where}: equivalent is true/false, expect one of {EXPECTATIONS}")
+        if equivalent and expect != "passes":
+            raise MutantError(f"{where}: an equivalent mutant must be expected to pass")
+        if entry["find"] == entry["replace"]:
+            raise MutantError(f"{where}: the replacement equals the text it replaces")
+        killed_in = entry.get("killed_in", [])
+        if not isinstance(killed_in, list) or not set(killed_in) <= set(ops.OPS) or (killed_in and expect != "killed"):
+            raise MutantError(f"{where}: killed_in lists operations ({', '.join(ops.OPS)}) of a mutant expected killed")
+        mutant = Mutant(
+            entry["id"],
+            lang,
+            entry["file"],
+            entry["find"],
+            entry["replace"],
+            entry["class"],
+            entry["description"],
+            equivalent,
+            expect,
+            tuple(killed_in),
+        )
+        mutated_source(mutant, repo)  # fail now, naming the mutant, if the edit no longer applies
+        unreachable = set(killed_in) - reachable_ops(mutant, repo)
+        if unreachable:
+            raise MutantError(f"{where}: killed_in names operations the edit cannot reach: {sorted(unreachable)}")
+        mutants.append(mutant)
+    return mutants
+
+
+def mutated_source(mutant: Mutant, repo: Path = REPO) -> str:
+    source = (repo / mutant.file).read_text()
+    count = source.count(mutant.find)
+    if count != 1:
+        raise MutantError(
+            f"mutant {mutant.id!r}: the text to find occurs {count} times in {mutant.file} (must be exactly once); "
+            f"update attention_ports/tools/mutants.toml to the port's current code: {mutant.find!r}"
+        )
+    return source.replace(mutant.find, mutant.replace)
+
+
+def source_files(lang: str, repo: Path = REPO) -> list[Path]:
+    folder, pattern = SOURCES[lang]
+    return sorted((repo / folder).glob(pattern))
+
+
+def materialise(mutant: Mutant, out_dir: Path, repo: Path = REPO) -> Path:
+    """Write the mutated port as one file (every source of the language, in name order)."""
+    parts = [
+        f"# MUTANT {mutant.id} (attention_ports/tools/mutants.toml): {mutant.description}\n"
+        f"# One edit in {mutant.file}; every other source of our {mutant.lang} port follows unchanged.\n"
+    ]
+    for path in source_files(mutant.lang, repo):
+        rel = path.relative_to(repo).as_posix()
+        text = mutated_source(mutant, repo) if rel == mutant.file else path.read_text()
+        parts.append(f"# ---- {rel}\n{text}")
+    out = out_dir / f"{mutant.id}{SUFFIX[mutant.lang]}"
+    out.write_text("\n".join(parts))
+    return out
+
+
+# ---------------------------------------------------------------- which operations a mutant reaches
+
+_R_DEF = re.compile(r"^([.A-Za-z][\w.]*)\s*<-", re.M)
+_JL_DEF = re.compile(
+    r"^(?:function\s+([A-Za-z_][\w!]*)|const\s+([A-Za-z_]\w*)|([A-Za-z_][\w!]*)\([^\n]*\)\s*=[^=]|\"\"\")",
+    re.M,
+)
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str | None  # None: a region that defines nothing (a docstring, the file header)
+    file: str
+    start: int
+    end: int
+    text: str
+
+
+def definitions(lang: str, repo: Path = REPO) -> list[Definition]:
+    """Top-level definitions of the port, each with the text up to the next one."""
+    out = []
+    for path in source_files(lang, repo):
+        rel = path.relative_to(repo).as_posix()
+        text = path.read_text()
+        pattern = _R_DEF if lang == "r" else _JL_DEF
+        starts = [(0, None)]
+        for m in pattern.finditer(text):
+            starts.append((m.start(), next((g for g in m.groups() if g), None)))
+        starts.append((len(text), None))
+        for (start, name), (end, _) in itertools.pairwise(starts):
+            if end > start:
+                out.append(Definition(name, rel, start, end, text[start:end]))
+    return out
+
+
+def _word(name: str, lang: str) -> re.Pattern[str]:
+    chars = r"\w." if lang == "r" else r"\w!"
+    return re.compile(rf"(?<![{chars}]){re.escape(name)}(?![{chars}])")
+
+
+@functools.cache
+def _call_graph(lang: str, repo: Path) -> tuple[tuple[Definition, ...], dict[str, frozenset[str]]]:
+    defs = tuple(definitions(lang, repo))
+    named = {d.name for d in defs if d.name}
+    calls: dict[str, set[str]] = {}
+    for d in defs:
+        if d.name:
+            calls.setdefault(d.name, set()).update(
+                other for other in named if other != d.name and _word(other, lang).search(d.text)
+            )
+    return defs, {name: frozenset(callees) for name, callees in calls.items()}
+
+
+def op_distances(mutant: Mutant, repo: Path = REPO) -> dict[str, int]:
+    """Each contract operation that reaches the edited definition, with the number of calls between."""
+    defs, calls = _call_graph(mutant.lang, repo)
+    source = (repo / mutant.file).read_text()
+    at = source.index(mutant.find)
+    edited = next(d for d in defs if d.file == mutant.file and d.start <= at < d.end)
+    present = [op for op in ops.OPS if op in calls]
+    if edited.name is None:  # outside any definition: assume it reaches everything
+        return {op: 0 for op in present}
+    out = {}
+    for op in present:  # breadth first from the operation down its callees
+        depth, frontier, seen = 0, {op}, {op}
+        while frontier and edited.name not in frontier:
+            frontier = {c for name in frontier for c in calls.get(name, ()) if c not in seen}
+            seen |= frontier
+            depth += 1
+        if edited.name in frontier:
+            out[op] = depth
+    return out
+
+
+def reachable_ops(mutant: Mutant, repo: Path = REPO) -> set[str]:
+    """Contract operations whose definition reaches the definition the mutant edits."""
+    return set(op_distances(mutant, repo))
+
+
+def home_ops(mutant: Mutant, repo: Path = REPO) -> set[str]:
+    """The nearest reaching operation (the first in contract order among the nearest), plus killed_in."""
+    dist = op_distances(mutant, repo)
+    if not dist:
+        return set(mutant.killed_in)
+    nearest = min(dist.values())
+    return {next(op for op in ops.OPS if dist.get(op) == nearest)} | set(mutant.killed_in)
+
+
+SCOPES = ("reachable", "home")
+
+
+def cases_for(mutant: Mutant, entries: list[dict[str, Any]], scope: str = "reachable", repo: Path = REPO) -> list[str]:
+    """Case ids to run: every reaching operation's ("reachable"), or only the nearest one's and
+    killed_in's ("home", the fast scope of the test suite); plus softmax's as a load witness."""
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+    chosen = reachable_ops(mutant, repo) if scope == "reachable" else home_ops(mutant, repo)
+    chosen = chosen | {next((op for op in WITNESS_OPS if op not in chosen), WITNESS_OPS[0])}
+    return [e["id"] for e in entries if e["op"] in chosen]
+
+
+# ---------------------------------------------------------------- running
+
+
+@dataclass
+class MutantResult:
+    mutant: Mutant
+    statuses: dict[str, str] = field(default_factory=dict)  # case id -> worst status over its outputs
+    op_of: dict[str, str] = field(default_factory=dict)  # case id -> operation
+    messages: dict[str, str] = field(default_factory=dict)  # case id -> first failure line
+    seconds: float = 0.0
+
+    @property
+    def killing(self) -> list[str]:
+        return [c for c, s in self.statuses.items() if s in FAILING]
+
+    @property
+    def passing(self) -> list[str]:
+        return [c for c, s in self.statuses.items() if s == "pass"]
+
+    def kills_in(self, op: str) -> list[str]:
+        return [c for c in self.killing if self.op_of.get(c) == op]
+
+    @property
+    def short_ops(self) -> list[str]:
+        """Operations of ``killed_in`` that contribute fewer than MIN_KILLS killing cases."""
+        return [op for op in self.mutant.killed_in if len(self.kills_in(op)) < MIN_KILLS]
+
+    @property
+    def ok(self) -> bool:
+        if self.mutant.expect == "passes":
+            return bool(self.statuses) and len(self.passing) == len(self.statuses)
+        return len(self.killing) >= MIN_KILLS and bool(self.passing) and not self.short_ops
+
+    def verdict(self) -> str:
+        m = self.mutant
+        if not self.statuses:
+            return f"NOT RUN: {self.messages.get('*', 'no case ran')}"
+        if m.expect == "passes":
+            bad = [c for c in self.statuses if self.statuses[c] != "pass"]
+            return "control passes" if self.ok else f"CONTROL FAILS {len(bad)} case(s)"
+        if len(self.killing) < MIN_KILLS:
+            return f"SURVIVES (caught by {len(self.killing)} case(s), needs {MIN_KILLS})"
+        if not self.passing:
+            return "BROKEN FILE? (passes no case: not a single bug)"
+        if self.short_ops:
+            return f"SURVIVES in {', '.join(self.short_ops)} (< {MIN_KILLS} killing cases there)"
+        return f"killed by {len(self.killing)}"
+
+    def as_json(self) -> dict[str, Any]:
+        m = self.mutant
+        return {
+            "id": m.id,
+            "lang": m.lang,
+            "file": m.file,
+            "class": m.bug_class,
+            "description": m.description,
+            "equivalent": m.equivalent,
+            "expect": m.expect,
+            "ok": self.ok,
+            "verdict": self.verdict(),
+            "killed_in": list(m.killed_in),
+            "killing_cases": self.killing,
+            "statuses": self.statuses,
+            "messages": self.messages,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def run_mutant(mutant: Mutant, case_ids: list[str], fixtures_dir: Path, repo: Path = REPO) -> MutantResult:
+    """Run one mutant; a failure of the kit itself (not of the port) is reported on the mutant."""
+    try:
+        return _run_mutant(mutant, case_ids, fixtures_dir, repo)
+    except Exception as exc:  # one broken run must not hide the other mutants' verdicts
+        return MutantResult(mutant, messages={"*": f"the kit could not run this mutant: {type(exc).__name__}: {exc}"})
+
+
+def _run_mutant(mutant: Mutant, case_ids: list[str], fixtures_dir: Path, repo: Path) -> MutantResult:
+    result = MutantResult(mutant)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.id}-") as tmp:
+        port = materialise(mutant, Path(tmp), repo)
+        # Case ids are [A-Za-z0-9_]+ (catalogue.CASE_ID): as globs they match exactly themselves.
+        runs = run_suite(
+            fixtures_dir,
+            [mutant.lang],
+            ports={mutant.lang: port},
+            case_globs=case_ids,
+            required={mutant.lang},
+            progress=None,
+        )
+    for r in runs:
+        result.statuses[r.case] = r.status
+        result.op_of[r.case] = r.op
+        if r.status != "pass":
+            result.messages[r.case] = next((o.message.splitlines()[0] for o in r.outputs if o.message), r.status)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+Progress = Callable[[MutantResult, int, int], None]
+
+
+def run_kit(
+    mutants: Iterable[Mutant],
+    fixtures_dir: Path = REPO_FIXTURES,
+    jobs: int = 2,
+    progress: Progress | None = None,
+    scope: str = "reachable",
+    repo: Path = REPO,
+) -> list[MutantResult]:
+    """Run every mutant on its cases. Julia mutants run ``jobs`` at a time in threads (each is its
+    own worker process) while the R mutants run one by one in the calling thread."""
+    mutants = list(mutants)
+    entries = list(iter_entries(fixtures_dir))
+    plan = [(m, cases_for(m, entries, scope, repo)) for m in mutants]
+    results: dict[str, MutantResult] = {}
+    done = 0
+
+    def finished(res: MutantResult) -> None:
+        nonlocal done
+        done += 1
+        results[res.mutant.id] = res
+        if progress:
+            progress(res, done, len(plan))
+
+    parallel = [(m, c) for m, c in plan if m.lang in PARALLEL]
+    serial = [(m, c) for m, c in plan if m.lang not in PARALLEL]
+    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="mutant") as pool:
+        futures = [pool.submit(run_mutant, m, c, fixtures_dir, repo) for m, c in parallel]
+        for m, c in serial:
+            finished(run_mutant(m, c, fixtures_dir, repo))
+        for fut in futures:
+            finished(fut.result())
+    return [results[m.id] for m in mutants]
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def summary(results: list[MutantResult]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for lang in LANGS:
+        mine = [r for r in results if r.mutant.lang == lang]
+        if not mine:
+            continue
+        bugs = [r for r in mine if r.mutant.expect == "killed"]
+        controls = [r for r in mine if r.mutant.expect == "passes"]
+        out[lang] = {
+            "bugs": len(bugs),
+            "killed": sum(1 for r in bugs if r.ok),
+            "controls": len(controls),
+            "controls_pass": sum(1 for r in controls if r.ok),
+            "equivalent": sum(1 for r in controls if r.mutant.equivalent),
+        }
+    return out
+
+
+def report_lines(results: list[MutantResult], show_cases: int = 6) -> list[str]:
+    """One line per mutant (verdict, class, killing cases), then the kill count per language."""
+    lines = []
+    width = max((len(r.mutant.id) for r in results), default=10)
+    for r in results:
+        mark = "ok  " if r.ok else "FAIL"
+        cases = r.killing if r.mutant.expect == "killed" else [c for c in r.statuses if r.statuses[c] != "pass"]
+        shown = ", ".join(cases[:show_cases]) + (
+            f", ... (+{len(cases) - show_cases})" if len(cases) > show_cases else ""
+        )
+        ran = f"{len(r.statuses)} cases, {r.seconds:.1f}s"
+        lines.append(f"{mark} {r.mutant.id:<{width}}  {r.verdict():<28} [{r.mutant.bug_class}] ({ran}) {shown}")
+    for lang, s in summary(results).items():
+        lines.append(
+            f"{lang}: {s['killed']}/{s['bugs']} bugs caught by >= {MIN_KILLS} cases; "
+            f"{s['controls_pass']}/{s['controls']} controls pass every case ({s['equivalent']} equivalent edits)"
+        )
+    return lines

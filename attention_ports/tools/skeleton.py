@@ -1,0 +1,364 @@
+"""``attention-ports init r|julia PATH``: a port skeleton with every contract operation.
+
+Names, argument order, defaults and returned names come from :mod:`attention_ports.spec.ops` (the table
+the adapters call ports with), so a skeleton cannot drift from the contract. The shapes written at
+each argument come from :data:`SHAPES` below, in the reference layout, which is R's; Julia's is
+derived through each array's layout role (every 2-D and 3-D role reverses the axes, as the Julia
+adapter does). A test checks that every array of every operation has a shape here.
+
+The file declares ``attention_ports`` with no operations, so every stub is reported ``missing``
+until its author lists it (the port declaration of ports/CONTRACT.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from attention_ports.core.io import current_umask
+from attention_ports.spec import ops
+from attention_ports.spec.ops import Role
+
+LANGUAGES = ("r", "julia")
+EXTENSIONS = {"r": (".R", ".r"), "julia": (".jl",)}
+
+_PARAMS = {"w_q": ("d", "d"), "w_k": ("d", "d"), "w_v": ("d", "d"), "w_f": ("d", "c")}
+_PARAMS.update({b: ("d",) for b in ("b_q", "b_k", "b_v")})
+_PARAMS["b_f"] = ("c",)
+_MHA_W = {w: ("d_model", "d_model") for w in ("w_q", "w_k", "w_v", "w_o")}
+_MHA_B = {b: ("d_model",) for b in ("b_q", "b_k", "b_v", "b_o")}
+
+#: Every array's axes in the reference (= R) layout, by operation; () is a scalar. Group members
+#: ("params.w_q") and grouped outputs ("grads.w_q") are looked up by their last name.
+SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
+    "softmax": {"x": ("n", "m"), "y": ("n", "m")},
+    "scaled_dot_product_attention": {
+        "q": ("n_q", "d_k"),
+        "k": ("n_k", "d_k"),
+        "v": ("n_k", "d_v"),
+        "mask": ("n_q", "n_k"),
+        "output": ("n_q", "d_v"),
+        "weights": ("n_q", "n_k"),
+    },
+    "self_attention": {
+        "x": ("n", "d_in"),
+        "w_q": ("d_in", "d_k"),
+        "w_k": ("d_in", "d_k"),
+        "w_v": ("d_in", "d_v"),
+        "b_q": ("d_k",),
+        "b_k": ("d_k",),
+        "b_v": ("d_v",),
+        "mask": ("n", "n"),
+        "q": ("n", "d_k"),
+        "k": ("n", "d_k"),
+        "v": ("n", "d_v"),
+        "weights": ("n", "n"),
+        "output": ("n", "d_v"),
+    },
+    "multi_head_attention": {
+        "query": ("n_q", "d_model"),
+        "key": ("n_k", "d_model"),
+        "value": ("n_k", "d_model"),
+        **_MHA_W,
+        **_MHA_B,
+        "mask": ("n_q", "n_k"),
+        "output": ("n_q", "d_model"),
+        "weights": ("num_heads", "n_q", "n_k"),
+    },
+    "classifier_forward": {
+        "x_emb": ("n", "e"),
+        **_PARAMS,
+        "x": ("n", "d"),
+        "q": ("n", "d"),
+        "k": ("n", "d"),
+        "v": ("n", "d"),
+        "weights": ("n", "n"),
+        "z": ("n", "d"),
+        "f": ("n", "c"),
+        "pooled": ("c",),
+        "probs": ("c",),
+    },
+    "classifier_step": {"x_emb": ("n", "e"), "label": (), **_PARAMS, "loss": (), "probs": ("c",)},
+    "classifier_train": {
+        "tokens": ("N", "e"),
+        "lengths": ("n_sentences",),
+        "labels": ("n_sentences",),
+        **_PARAMS,
+        "epoch_losses": ("epochs",),
+    },
+}
+
+#: What each scalar option is, and its default (None: the language's "absent").
+OPTIONS: dict[str, tuple[str, dict[str, str] | None]] = {
+    "scale": ("a number, or absent for 1 / sqrt(d_k)", None),
+    "num_heads": ("an integer dividing d_model; each head is d_head = d_model / num_heads wide", None),
+    "lr": ("the learning rate, a number", None),
+    "epochs": ("an integer", None),
+    "frozen": (
+        "names of parameters not to update (their gradients are still returned)",
+        {"r": "character(0)", "julia": "String[]"},
+    ),
+}
+
+_ABSENT = {"r": "NULL", "julia": "nothing"}
+_ROLE_NOTES = {
+    Role.TOKENS: {"r": "one token per row", "julia": "one token per column"},
+    Role.WEIGHT: {"r": "applied as x %*% W", "julia": "applied as W * x"},
+    Role.SCORES: {"r": "queries x keys", "julia": "keys x queries"},
+    Role.ROWS: {"r": "normalise each row", "julia": "normalise each column"},
+    Role.INDEX: {"r": "1-based class index", "julia": "1-based class index"},
+}
+
+#: What each operation computes (ports/CONTRACT.md), written above its stub.
+NOTES: dict[str, str] = {
+    "softmax": "Stable: subtract the maximum first. A slice that is entirely -Inf gives NaN (0/0).",
+    "scaled_dot_product_attention": "weights = softmax over the keys of (scale * q.k + mask); output = weights . v",
+    "self_attention": "q, k, v = x projected by w_q, w_k, w_v (+ biases); then scaled dot-product attention.",
+    "multi_head_attention": (
+        "Packed heads, as torch's nn.MultiheadAttention computes them, but every weight in this\n"
+        "contract's layout and applied like every other weight (below), not in torch's storage: R's\n"
+        "w_q, w_k, w_v, w_o are torch's in_proj / out_proj blocks transposed, Julia's are torch's\n"
+        "blocks as they are. Head i (1-based) uses projected features ((i-1)*d_head+1):(i*d_head)\n"
+        "(columns in R, rows in Julia), scale 1/sqrt(d_head), the same mask; head outputs are\n"
+        "concatenated in head order, then projected by w_o (+ b_o)."
+    ),
+    "classifier_forward": (
+        "Seed 003's classifier: x = x_emb with the positions 0..n-1 appended as a last feature\n"
+        "(d = e + 1); self-attention with biases, scale 1/sqrt(d); f = feed-forward to c = 3 classes;\n"
+        "pooled = mean of f over the tokens; probs = softmax(pooled)."
+    ),
+    "classifier_step": (
+        "One SGD step on one sentence: loss = cross-entropy of probs at label; every parameter not\n"
+        "named in frozen becomes p - lr * grad. loss and probs are those before the update."
+    ),
+    "classifier_train": (
+        "Sentence i is the next lengths[i] tokens of tokens (0: a sentence with no known words: skip it).\n"
+        "For each epoch, one classifier_step per sentence in order, positions restarting at 0;\n"
+        "epoch_losses = the mean pre-update loss over the trained sentences."
+    ),
+}
+
+
+def _base(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def shape(op: str, name: str, lang: str) -> str:
+    """``"n_q x d_k"`` in ``lang``'s layout (R: the reference's; Julia: reversed per the role)."""
+    spec = ops.get(op)
+    dims = SHAPES[op][_base(name)]
+    role = spec.role(name)
+    if lang == "julia" and role not in (Role.VECTOR, Role.SCALAR):
+        dims = tuple(reversed(dims))
+    if not dims:
+        text = "an integer" if role is Role.INDEX else "a number"
+    elif len(dims) == 1:
+        text = f"vector, length {dims[0]}"
+    else:
+        text = " x ".join(dims)
+    note = _ROLE_NOTES.get(role, {}).get(lang)
+    return f"{text}; {note}" if note else text
+
+
+def signature(spec: ops.OpSpec, lang: str) -> str:
+    """The function's parameter list, in the order the adapters call it."""
+    positional = [*spec.args, *spec.groups, *spec.positional_options]
+    named = [f"{k} = {_ABSENT[lang]}" for k in spec.kwargs]
+    for opt in spec.options:
+        default = OPTIONS[opt][1]
+        named.append(f"{opt} = {default[lang] if default else _ABSENT[lang]}")
+    if lang == "r":
+        return ", ".join(positional + named)
+    return ", ".join(positional) + (f"; {', '.join(named)}" if named else "")
+
+
+def _argument_lines(spec: ops.OpSpec, lang: str) -> list[str]:
+    absent = _ABSENT[lang]
+    rows: list[tuple[str, str]] = [(a, shape(spec.name, a, lang)) for a in spec.args]
+    for group, members in spec.groups.items():
+        kind = "named list" if lang == "r" else "NamedTuple"
+        rows.append((group, f"{kind} of {', '.join(members)}:"))
+        rows += [(f"  {group}{'$' if lang == 'r' else '.'}{m}", shape(spec.name, m, lang)) for m in members]
+    rows += [(o, OPTIONS[o][0]) for o in spec.positional_options]
+    for k in spec.kwargs:
+        what = shape(spec.name, k, lang)
+        if k == "mask":
+            what += ", additive (0 keeps, -Inf removes)"
+        rows.append((k, f"{what}, or {absent}"))
+    rows += [(o, OPTIONS[o][0].replace("absent", absent)) for o in spec.options]
+    width = max(len(n) for n, _ in rows)
+    return [f"#   {n:<{width}}  {what}" for n, what in rows]
+
+
+def _returns(spec: ops.OpSpec, lang: str) -> list[str]:
+    """``# returns list(output = <n_q x d_v>, ...)`` / ``(output = <d_v x n_q>, ...)`` comment lines."""
+    parts: list[str] = []
+    grouped: dict[str, list[str]] = {}
+    for out in spec.outputs:
+        if "." in out:
+            group, member = out.split(".", 1)
+            if group not in grouped:
+                grouped[group] = []
+                parts.append(group)
+            grouped[group].append(member)
+        else:
+            parts.append(out)
+    if len(spec.outputs) == 1:  # a single output comes back bare, not in a list
+        return [f"# returns the {shape(spec.name, spec.outputs[0], lang).split(';')[0]} array itself"]
+    open_, close = ("list(", ")") if lang == "r" else ("(", ")")
+
+    def one(name: str) -> str:
+        if name in grouped:
+            return f"{name} = {open_}{', '.join(grouped[name])}: each shaped like its parameter{close}"
+        return f"{name} = <{shape(spec.name, name, lang).split(';')[0]}>"
+
+    items = [one(p) for p in parts]
+    flat = f"# returns {open_}{', '.join(items)}{close}"
+    if len(flat) <= 100:
+        return [flat]
+    return [f"# returns {open_}", *(f"#   {item}," for item in items[:-1]), f"#   {items[-1]}{close}"]
+
+
+_R_HEADER = """\
+# An R port for attention-ports, generated by `attention-ports init r`.
+#
+# Fill in an operation, list its name in `attention_ports$operations` below, then run
+#   attention-ports verify --port r={path}
+# An operation not listed is reported `missing` (its stub is never called); one that is listed and
+# raises (stop()) is an `error` for its cases, with your message. The contract:
+# ports/CONTRACT.md of attention-ports (`python -c "from attention_ports.core import paths; print(paths.CONTRACT)"`).
+#
+# Layout: R is token-major, like the reference: one token per ROW (x is n x d), weights are
+# d_in x d_out applied as x %*% W, attention weights are n_q x n_k with each ROW summing to 1.
+# Numbers are doubles; only base R is needed.
+#
+# Recipes:
+# * scale: NULL means 1 / sqrt(d_k) with d_k = ncol(q); in multi-head attention d_k is the
+#   width of one head, d_model / num_heads (not d_model, and not sqrt(length(q))):
+#     if (is.null(scale)) scale <- 1 / sqrt(ncol(q))
+#     scores <- scale * (q %*% t(k))                  # n_q x n_k
+# * mask: the suite passes an additive numeric n_q x n_k matrix (0 keeps a key, -Inf removes
+#   it, a finite value biases it) or NULL:  if (!is.null(mask)) scores <- scores + mask
+#   from a logical keep-mask (TRUE = attend, torch's scaled_dot_product_attention):
+#     additive <- ifelse(keep, 0, -Inf)
+#   from a logical "ignore" mask (TRUE = masked out, torch's nn.MultiheadAttention):
+#     additive <- ifelse(masked, -Inf, 0)
+#   causal (query i sees keys 1..i):   additive <- ifelse(col(scores) > row(scores), -Inf, 0)
+#   key padding (keys 1..len valid):   additive <- matrix(ifelse(seq_len(n_k) <= len, 0, -Inf), n_q, n_k, byrow = TRUE)
+# * softmax must be stable (scores of 1e3 must work): subtract each row's maximum first:
+#     e <- exp(x - apply(x, 1, max)); e / rowSums(e)
+#   a row that is entirely -Inf gives NaN (0/0): that is the expected softmax.
+# * a query whose mask removes every key: the default convention (masked_query = "zeros") wants
+#   zero weights and a zero output row, not NaN:
+#     dead <- apply(scores == -Inf, 1, all); weights[dead, ] <- 0
+# * class labels are 1-based (negative 1, neutral 2, positive 3).
+
+# Which operations this file implements: list each one as you write it, e.g.
+#   attention_ports <- list(operations = c("softmax", "scaled_dot_product_attention"))
+# Add masked_query = "nan" (NaN rows, as NNlib.jl and torch < 2.5) or "uniform" (1/n_k weights,
+# as the CRAN `attention` package) if your port does not return zeros for a fully masked query.
+attention_ports <- list(operations = character(0))
+"""
+
+_JULIA_HEADER = """\
+# A Julia port for attention-ports, generated by `attention-ports init julia`.
+#
+# Fill in an operation, list its name in `attention_ports.operations` below, then run
+#   attention-ports verify --port julia={path}
+# An operation not listed is reported `missing` (its stub is never called); one that is listed and
+# throws is an `error` for its cases, with your message. The contract: ports/CONTRACT.md of
+# attention-ports (`python -c "from attention_ports.core import paths; print(paths.CONTRACT)"`).
+#
+# Layout: Julia is feature-major, like seed 003 and NNlib: one token per COLUMN (x is d x n),
+# weights are d_out x d_in applied as W * x, attention weights are n_k x n_q (keys x queries)
+# with each COLUMN summing to 1; per-head weights are n_k x n_q x num_heads. Float64 throughout;
+# the standard library only (Julia 1.5 to 1.11).
+#
+# Recipes:
+# * scale: nothing means 1 / sqrt(d_k) with d_k = size(q, 1); in multi-head attention d_k is the
+#   width of one head, d_model / num_heads (not d_model, and not sqrt(length(q)): seed 003's bug):
+#     s = scale === nothing ? 1 / sqrt(size(q, 1)) : scale
+#     scores = s .* (k' * q)                          # n_k x n_q
+# * mask: the suite passes an additive Float64 n_k x n_q matrix (0 keeps a key, -Inf removes it,
+#   a finite value biases it) or nothing:  mask === nothing || (scores = scores .+ mask)
+#   from a Bool keep-mask (true = attend, NNlib's convention):  additive = ifelse.(keep, 0.0, -Inf)
+#   from a Bool "ignore" mask (true = masked out):             additive = ifelse.(masked, -Inf, 0.0)
+#   a mask written queries x keys (R, NumPy, torch) must be transposed first: permutedims(m)
+#   causal (query j sees keys 1..j):  additive = [i <= j ? 0.0 : -Inf for i in 1:n_k, j in 1:n_q]
+# * softmax must be stable (scores of 1e3 must work): subtract each column's maximum first:
+#     e = exp.(x .- maximum(x; dims = 1)); e ./ sum(e; dims = 1)
+#   a column that is entirely -Inf gives NaN (0/0): that is the expected softmax.
+# * a query whose mask removes every key: the default convention (masked_query = "zeros") wants
+#   zero weights and a zero output column, not NaN:
+#     dead = vec(all(scores .== -Inf; dims = 1)); weights[:, dead] .= 0
+# * class labels are 1-based (negative 1, neutral 2, positive 3).
+
+# Which operations this file implements: list each one as you write it, e.g.
+#   const attention_ports = (operations = ["softmax", "scaled_dot_product_attention"],)
+# Add masked_query = "nan" (NaN columns, as NNlib.jl and torch < 2.5) or "uniform" (1/n_k weights,
+# as the CRAN `attention` package) if your port does not return zeros for a fully masked query.
+const attention_ports = (operations = String[],)
+"""
+
+
+def render(lang: str, path_hint: str = "PATH") -> str:
+    """The skeleton's text for ``lang`` ("r" or "julia")."""
+    if lang not in LANGUAGES:
+        raise ValueError(f"init takes one of {', '.join(LANGUAGES)}, not {lang!r}")
+    blocks = [(_R_HEADER if lang == "r" else _JULIA_HEADER).replace("{path}", path_hint)]
+    for spec in ops.OPS.values():
+        sig = signature(spec, lang)
+        lines = [f"# {spec.name}({sig})"]
+        lines += [f"# {line}" for line in NOTES[spec.name].splitlines()]
+        lines += [*_argument_lines(spec, lang), *_returns(spec, lang)]
+        if lang == "r":
+            lines += [
+                f"{spec.name} <- function({sig}) {{",
+                f'  stop("{spec.name} is not written yet")',
+                "}",
+            ]
+        else:
+            lines += [f"function {spec.name}({sig})", f'    error("{spec.name} is not written yet")', "end"]
+        blocks.append("\n".join(lines) + "\n")
+    return "\n".join(blocks)
+
+
+class InitError(Exception):
+    """A skeleton cannot be written (bad language or file name, an existing file)."""
+
+
+def write(lang: str, path: Path) -> Path:
+    """Write the skeleton to ``path``; never overwrite a file, never leave half a file behind."""
+    if lang not in LANGUAGES:
+        raise InitError(f"init takes one of {', '.join(LANGUAGES)}, not {lang!r}")
+    if path.suffix not in EXTENSIONS[lang]:
+        raise InitError(f"{path}: a {lang} port file must end in {' or '.join(EXTENSIONS[lang])}")
+    if path.exists() or path.is_symlink():
+        raise InitError(f"{path} already exists; not overwriting it (choose another path or remove it)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            # mkstemp makes the file 0600: give it the mode a plain open() would (0644 under umask 022)
+            os.fchmod(fh.fileno(), 0o666 & ~current_umask())
+            fh.write(render(lang, str(path)))
+        # link() refuses an existing target: no race with a file created meanwhile.
+        os.link(tmp, path)
+    except FileExistsError:
+        raise InitError(f"{path} already exists; not overwriting it (choose another path or remove it)") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def main(lang: str, path: Path) -> int:
+    try:
+        written = write(lang, path)
+    except InitError as exc:
+        print(f"attention-ports init: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {written}: every contract operation as a stub, none listed in attention_ports yet")
+    print(f"next: fill one in, add its name to attention_ports, run: attention-ports verify --port {lang}={written}")
+    return 0

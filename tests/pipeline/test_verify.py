@@ -1,0 +1,44 @@
+"""The one verify pipeline's precision option (attention_ports/pipeline/verify.py, issue 17):
+``verify --precision float32`` is the catalogue source judged on the float32 tier, through the same
+selection, runner, report and exit status as every run; a precision that is not one, or one asked
+of another tier, is refused before anything runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attention_ports import cli
+from attention_ports.fixtures import store as fixtures
+from attention_ports.spec.precision import fixtures_dir
+
+
+def test_verify_precision_float32_judges_the_reference_on_the_float32_tier(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    assert cli.main(["verify", "--precision", "float32", "--impl", "reference", "--quiet", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    tier = fixtures_dir("float32")
+    assert doc["meta"]["precision"] == "float32"
+    assert doc["meta"]["fixtures"]["dir"] == str(tier.resolve())
+    n = len(fixtures.read_manifest(tier)["cases"])
+    assert doc["summary"]["implementations"] == {"reference": {"pass": n}}
+    # float32-sized errors: visible against the float32 bound (a float64 run's are ~1e-10 of it)
+    assert doc["summary"]["accuracy"]["reference"]["scaled_dot_product_attention"]["err_over_bound"] > 1e-4
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--precision", "half"], "--precision = 'half' is not a precision"),
+        (["--precision", "bfloat16/float32"], "mixed precision (storage/accumulation) is not yet supported"),
+        (["--precision", "float32", "--random", "3"], "--precision judges the catalogue's cases"),
+        (["--precision", "float32", "--tier", "scale"], "--precision judges the catalogue's cases"),
+    ],
+)
+def test_a_bad_precision_is_refused_before_the_run(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["verify", "--impl", "reference", *argv]) == cli.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err

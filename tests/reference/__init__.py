@@ -1,0 +1,1 @@
+"""Tests of the NumPy reference (attention_ports.reference, the top-level reference/ folder)."""

@@ -1,0 +1,1 @@
+"""Tests of attention_ports.runtimes.julia."""
