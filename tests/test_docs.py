@@ -199,8 +199,8 @@ FIGURES = [
 # Counts of cases that are not the catalogue's: settings of generated runs, or a run's own output
 # that an example test below checks; (page, the words around the figure).
 OTHER_CASE_COUNTS = {
-    ("docs/generated-cases-and-mutation.md", r"a fixed seed \(\d+\) and 90 cases per"),
-    ("docs/generated-cases-and-mutation.md", r"and 180 cases"),
+    ("docs/generated-cases-and-mutation.md", r"a fixed seed \(\d+\) and 105 cases per"),
+    ("docs/generated-cases-and-mutation.md", r"and 210 cases"),
     ("docs/generated-cases-and-mutation.md", r"runs of 600 cases per"),
     ("docs/cli.md", r"fewer than 2 cases"),
     ("docs/generated-cases-and-mutation.md", r"caught by >= 2 cases"),  # the rule, mutation.MIN_KILLS
