@@ -197,12 +197,19 @@ FIGURES = [
         lambda: (_ops()["softmax"], sum(_ops().values()), sum(_ops().values()) - _ops()["softmax"]),
     ),
     Figure("docs/truth-and-bounds.md", r"the mutation kit's (\d+) controls", lambda: (_mutation_controls(),)),
+    # the float32 tier holds every softmax and SDPA case of the catalogue (none is not applicable today)
+    Figure(
+        "docs/precision.md",
+        r"softmax and SDPA cases \((\d+) of them",
+        lambda: (_ops()["softmax"] + _ops()["scaled_dot_product_attention"],),
+    ),
 ]
 # Counts of cases that are not the catalogue's: settings of generated runs, or a run's own output
 # that an example test below checks; (page, the words around the figure).
 OTHER_CASE_COUNTS = {
-    ("docs/generated-cases-and-mutation.md", r"a fixed seed \(\d+\) and 90 cases per"),
-    ("docs/generated-cases-and-mutation.md", r"and 180 cases"),
+    ("docs/generated-cases-and-mutation.md", r"a fixed seed \(\d+\) and 105 cases per"),
+    ("docs/generated-cases-and-mutation.md", r"and 210 cases"),
+    ("docs/cli.md", r"seed 20261123 and 105 cases per"),  # generated.CI_PROFILE, as on the page above
     ("docs/generated-cases-and-mutation.md", r"runs of 600 cases per"),
     ("docs/cli.md", r"fewer than 2 cases"),
     ("docs/generated-cases-and-mutation.md", r"caught by >= 2 cases"),  # the rule, mutation.MIN_KILLS
