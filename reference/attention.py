@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 from attention_ports.reference.masks import as_additive_mask
-from attention_ports.reference.validate import as_float_matrix, check_finite
+from attention_ports.reference.validate import as_float_matrix, check_finite, float_dtype
 
 
 class AttentionResult(NamedTuple):
@@ -109,7 +109,7 @@ def _project(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, name: str) -> n
     out = x @ w
     if b is None:
         return out
-    b = np.asarray(b, dtype=np.float64)
+    b = np.asarray(b, dtype=float_dtype(b))
     if b.shape != (w.shape[1],):
         raise ValueError(f"b_{name} must be a vector of length {w.shape[1]}; got shape {b.shape}")
     check_finite(b, f"b_{name}")

@@ -1,6 +1,7 @@
 """Seed 003's minimal attention classifier, forward, backward and SGD, with correct math.
 
-Architecture (reference layout, tokens as rows, float64 throughout)::
+Architecture (reference layout, tokens as rows, float64 throughout; float32 arrays in keep every
+stage in float32, for the float32 tier)::
 
     x        = [x_emb | 0..n-1]                    (n, d)   d = e + 1: a positional column appended
     q, k, v  = x W_q + b_q, x W_k + b_k, x W_v + b_v  (n, d)   W_* are (d, d), b_* length d
@@ -35,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 from attention_ports.reference.attention import softmax
-from attention_ports.reference.validate import check_finite
+from attention_ports.reference.validate import float_dtype, check_finite
 
 #: The parameter names, in the order every API and operation uses them.
 PARAM_NAMES: tuple[str, ...] = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_f", "b_f")
@@ -74,7 +75,7 @@ class ClassifierTraining(NamedTuple):
 
 
 def _check_x_emb(x_emb: object, name: str = "x_emb") -> np.ndarray:
-    arr = np.asarray(x_emb, dtype=np.float64)
+    arr = np.asarray(x_emb, dtype=float_dtype(x_emb))
     if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
         raise ValueError(
             f"{name} must be a 2-D matrix (n tokens x e embedding features) with n >= 1 and e >= 1; "
@@ -85,7 +86,7 @@ def _check_x_emb(x_emb: object, name: str = "x_emb") -> np.ndarray:
 
 
 def _check_params(params: object, name: str = "params") -> tuple[dict[str, np.ndarray], int, int]:
-    """Return (params as float64 arrays, d, c) after checking names and shapes."""
+    """Return (params as float64 arrays, or float32 ones as they are; d, c) after checking names and shapes."""
     if not isinstance(params, Mapping):
         raise ValueError(f"{name} must be a mapping with keys {', '.join(PARAM_NAMES)}; got {type(params).__name__}")
     missing = [p for p in PARAM_NAMES if p not in params]
@@ -95,7 +96,7 @@ def _check_params(params: object, name: str = "params") -> tuple[dict[str, np.nd
             f"{name} must have exactly the keys {', '.join(PARAM_NAMES)}; "
             f"missing {missing or 'none'}, unexpected {extra or 'none'}"
         )
-    arrs = {p: np.asarray(params[p], dtype=np.float64) for p in PARAM_NAMES}
+    arrs = {p: np.asarray(params[p], dtype=float_dtype(params[p])) for p in PARAM_NAMES}
     shapes = ", ".join(f"{p} {arrs[p].shape}" for p in PARAM_NAMES)
     w_q = arrs["w_q"]
     if w_q.ndim != 2 or w_q.shape[0] != w_q.shape[1] or w_q.shape[0] < 2:
@@ -198,7 +199,7 @@ def with_positions(x_emb: np.ndarray) -> np.ndarray:
     """Append seed 003's positional feature: a last column holding 0, 1, ..., n-1."""
     x_emb = _check_x_emb(x_emb)
     n = x_emb.shape[0]
-    return np.concatenate([x_emb, np.arange(n, dtype=np.float64)[:, None]], axis=1)
+    return np.concatenate([x_emb, np.arange(n, dtype=x_emb.dtype)[:, None]], axis=1)
 
 
 def _forward(x_emb: np.ndarray, p: dict[str, np.ndarray]) -> ClassifierForward:
@@ -207,7 +208,7 @@ def _forward(x_emb: np.ndarray, p: dict[str, np.ndarray]) -> ClassifierForward:
     q = x @ p["w_q"] + p["b_q"]
     k = x @ p["w_k"] + p["b_k"]
     v = x @ p["w_v"] + p["b_v"]
-    weights = softmax((q @ k.T) / np.sqrt(d), axis=-1)
+    weights = softmax((q @ k.T) / float(np.sqrt(d)), axis=-1)  # a Python float keeps float32 float32
     z = weights @ v
     f = z @ p["w_f"] + p["b_f"]
     pooled = f.mean(axis=0)
@@ -243,7 +244,7 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 
 def _backward(fw: ClassifierForward, label: int, p: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     n, d = fw.x.shape
-    scale = 1.0 / np.sqrt(d)
+    scale = float(1.0 / np.sqrt(d))  # a Python float keeps float32 float32
     d_pooled = fw.probs.copy()
     d_pooled[label] -= 1.0  # d loss / d pooled = probs - one_hot(label)
     d_f = np.broadcast_to(d_pooled / n, fw.f.shape)  # mean pooling: every row gets 1/n
@@ -373,7 +374,7 @@ def train_classifier(
     for i, item in enumerate(dataset):
         if not isinstance(item, Sequence) or len(item) < 2:
             raise ValueError(f"dataset[{i}] must be an (x_emb, label) pair; got {type(item).__name__}")
-        x = np.asarray(item[0], dtype=np.float64)
+        x = np.asarray(item[0], dtype=float_dtype(item[0]))
         if x.ndim != 2 or x.shape[1] != d - 1:
             raise ValueError(f"dataset[{i}] x_emb must be (n x e) with e = d - 1 = {d - 1}; got shape {x.shape}")
         check_finite(x, f"dataset[{i}] x_emb")
@@ -413,7 +414,7 @@ def pack_dataset(dataset: Iterable[tuple[np.ndarray, int]]) -> tuple[np.ndarray,
 
 def unpack_dataset(tokens: np.ndarray, lengths: np.ndarray, labels: np.ndarray) -> list[tuple[np.ndarray, int]]:
     """Inverse of ``pack_dataset``; ``lengths`` and ``labels`` may be integral floats."""
-    tokens = np.asarray(tokens, dtype=np.float64)
+    tokens = np.asarray(tokens, dtype=float_dtype(tokens))
     if tokens.ndim != 2 or tokens.shape[1] < 1:
         raise ValueError(f"tokens must be a 2-D (N_total x e) matrix with e >= 1; got shape {tokens.shape}")
     lengths_arr = np.asarray(lengths)

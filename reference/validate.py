@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 
-def _float_dtype(a: object) -> type:
+def float_dtype(a: object) -> type:
     """float32 stays float32 (the float32 tier runs the reference in it); the rest is float64."""
     return np.float32 if getattr(a, "dtype", None) == np.float32 else np.float64
 
 
 def as_float_matrix(a: object, name: str) -> np.ndarray:
-    arr = np.asarray(a, dtype=_float_dtype(a))
+    arr = np.asarray(a, dtype=float_dtype(a))
     if arr.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix (tokens x features); got shape {arr.shape}")
     return arr

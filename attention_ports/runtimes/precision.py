@@ -63,31 +63,14 @@ class Float32Reference(ReferenceImplementation):
 def torch_float32() -> Implementation:
     from attention_ports.runtimes import torch_impl  # torch is optional: imported only when asked for
 
-    torch, F = torch_impl.torch, torch_impl.F
-
     class Float32Torch(torch_impl.TorchImplementation):
+        """The same torch code with float32 tensors; results widened to float64 (exact)."""
+
         def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
             _tier_op(op, "torch")
             return _widened(super().run(op, inputs, options))
 
-        def _op_softmax(self, inputs, options):
-            return {"y": torch.softmax(torch_impl._t(inputs["x"], np.float32), dim=-1)}
-
-        def _op_scaled_dot_product_attention(self, inputs, options):
-            mask = inputs.get("mask")
-            if mask is not None:
-                mask = torch.from_numpy(
-                    np.ascontiguousarray(mask if mask.dtype == np.bool_ else mask.astype(np.float32))
-                )
-            q, k, v = (torch_impl._t(inputs[n], np.float32) for n in "qkv")
-            out, w = torch_impl._sdpa(q, k, v, mask, options.get("scale"))
-            return {"output": out, "weights": w}
-
-        def describe(self) -> str:
-            return super().describe().replace("(float64, CPU)", "(float32, CPU)")
-
-    del F
-    return Float32Torch()
+    return Float32Torch(np.float32)
 
 
 def create(name: str, port: Path | None, fmt: str) -> Implementation | None:

@@ -1,4 +1,4 @@
-"""PyTorch as an independent oracle, in float64.
+"""PyTorch as an independent oracle, in float64 (in float32 for the float32 tier: ``dtype``).
 
 Attention goes through torch's own kernels, not a transcription of the reference:
 ``F.scaled_dot_product_attention`` (its ``scale`` and ``attn_mask``) and ``nn.MultiheadAttention``
@@ -28,10 +28,10 @@ def _t(a: np.ndarray, dtype: type = np.float64) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype))
 
 
-def _mask(mask: np.ndarray | None) -> torch.Tensor | None:
+def _mask(mask: np.ndarray | None, dtype: type = np.float64) -> torch.Tensor | None:
     if mask is None:
         return None
-    return torch.from_numpy(np.ascontiguousarray(mask)) if mask.dtype == bool else _t(mask)
+    return torch.from_numpy(np.ascontiguousarray(mask)) if mask.dtype == bool else _t(mask, dtype)
 
 
 # Above this many keys the identity trick (n_q n_k^2 work, an n_k x n_k identity) costs too much
@@ -56,9 +56,9 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor 
     return out, weights
 
 
-def _linear(x: torch.Tensor, w: np.ndarray, b: np.ndarray | None) -> torch.Tensor:
+def _linear(x: torch.Tensor, w: np.ndarray, b: np.ndarray | None, dtype: type = np.float64) -> torch.Tensor:
     # The reference's x @ W is torch's linear with weight W^T.
-    return F.linear(x, _t(w).T, None if b is None else _t(b))
+    return F.linear(x, _t(w, dtype).T, None if b is None else _t(b, dtype))
 
 
 def _version() -> tuple[int, int]:
@@ -81,11 +81,15 @@ MASKED_QUERY = {
 class TorchImplementation(Implementation):
     name = "torch"
     masked_query = SDPA_MASKED_QUERY
+    # The dtype every tensor is made in: float64, or float32 for the float32 tier
+    # (runtimes/precision.py); the same code either way.
+    dtype: type = np.float64
 
     def masked_query_for(self, op: str) -> str:
         return MASKED_QUERY.get(op, self.masked_query)
 
-    def __init__(self) -> None:
+    def __init__(self, dtype: type = np.float64) -> None:
+        self.dtype = dtype
         # One intra-op thread (process-wide): the fixture cases are small, where torch's spinning
         # thread pool costs far more than it gives (measured on 2 busy cores: the two training cases
         # 2.7 s with one thread, 25 s with two), and verify runs the implementations side by side.
@@ -93,7 +97,7 @@ class TorchImplementation(Implementation):
 
     def describe(self) -> str:
         return (
-            f"torch {torch.__version__} (float64, CPU); masked_query = {SDPA_MASKED_QUERY} "
+            f"torch {torch.__version__} ({np.dtype(self.dtype).name}, CPU); masked_query = {SDPA_MASKED_QUERY} "
             f"(scaled_dot_product_attention), {MASKED_QUERY['multi_head_attention']} (nn.MultiheadAttention)"
         )
 
@@ -106,42 +110,39 @@ class TorchImplementation(Implementation):
         return {k: v.detach().numpy().copy() if isinstance(v, torch.Tensor) else np.asarray(v) for k, v in out.items()}
 
     def _op_softmax(self, inputs, options):
-        return {"y": torch.softmax(_t(inputs["x"]), dim=-1)}
+        return {"y": torch.softmax(_t(inputs["x"], self.dtype), dim=-1)}
 
     def _op_scaled_dot_product_attention(self, inputs, options):
-        out, w = _sdpa(
-            _t(inputs["q"]), _t(inputs["k"]), _t(inputs["v"]), _mask(inputs.get("mask")), options.get("scale")
-        )
+        q, k, v = (_t(inputs[n], self.dtype) for n in "qkv")
+        out, w = _sdpa(q, k, v, _mask(inputs.get("mask"), self.dtype), options.get("scale"))
         return {"output": out, "weights": w}
 
     def _op_self_attention(self, inputs, options):
-        x = _t(inputs["x"])
-        q = _linear(x, inputs["w_q"], inputs.get("b_q"))
-        k = _linear(x, inputs["w_k"], inputs.get("b_k"))
-        v = _linear(x, inputs["w_v"], inputs.get("b_v"))
-        out, w = _sdpa(q, k, v, _mask(inputs.get("mask")), options.get("scale"))
+        x = _t(inputs["x"], self.dtype)
+        q, k, v = (_linear(x, inputs[f"w_{n}"], inputs.get(f"b_{n}"), self.dtype) for n in "qkv")
+        out, w = _sdpa(q, k, v, _mask(inputs.get("mask"), self.dtype), options.get("scale"))
         return {"q": q, "k": k, "v": v, "weights": w, "output": out}
 
     def _op_multi_head_attention(self, inputs, options):
         d = inputs["w_q"].shape[0]
         has_bias = any(f"b_{n}" in inputs for n in "qkvo")
         mha = torch.nn.MultiheadAttention(
-            d, int(options["num_heads"]), bias=has_bias, batch_first=True, dtype=torch.float64
+            d, int(options["num_heads"]), bias=has_bias, batch_first=True, dtype=_t(np.zeros(0), self.dtype).dtype
         )
         zeros = np.zeros(d)
-        mha.in_proj_weight.copy_(torch.cat([_t(inputs[f"w_{n}"]).T for n in "qkv"]))
-        mha.out_proj.weight.copy_(_t(inputs["w_o"]).T)
+        mha.in_proj_weight.copy_(torch.cat([_t(inputs[f"w_{n}"], self.dtype).T for n in "qkv"]))
+        mha.out_proj.weight.copy_(_t(inputs["w_o"], self.dtype).T)
         if has_bias:
-            mha.in_proj_bias.copy_(torch.cat([_t(inputs.get(f"b_{n}", zeros)) for n in "qkv"]))
-            mha.out_proj.bias.copy_(_t(inputs.get("b_o", zeros)))
+            mha.in_proj_bias.copy_(torch.cat([_t(inputs.get(f"b_{n}", zeros), self.dtype) for n in "qkv"]))
+            mha.out_proj.bias.copy_(_t(inputs.get("b_o", zeros), self.dtype))
         mask = inputs.get("mask")
         # nn.MultiheadAttention's boolean masks mean True = *blocked*, the opposite of SDPA's;
         # an additive float mask means the same thing to both, so always pass that.
-        attn_mask = None if mask is None else _t(np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask)
+        attn_mask = None if mask is None else _t(np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask, self.dtype)
         out, w = mha(
-            _t(inputs["query"])[None],
-            _t(inputs["key"])[None],
-            _t(inputs["value"])[None],
+            _t(inputs["query"], self.dtype)[None],
+            _t(inputs["key"], self.dtype)[None],
+            _t(inputs["value"], self.dtype)[None],
             attn_mask=attn_mask,
             need_weights=True,
             average_attn_weights=False,
@@ -155,13 +156,13 @@ class TorchImplementation(Implementation):
 _CLF_PARAMS = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_f", "b_f")
 
 
-def _clf_params(inputs: Mapping[str, np.ndarray], grad: bool) -> dict[str, torch.Tensor]:
-    return {n: _t(inputs[f"params.{n}"]).clone().requires_grad_(grad) for n in _CLF_PARAMS}
+def _clf_params(inputs: Mapping[str, np.ndarray], grad: bool, dtype: type) -> dict[str, torch.Tensor]:
+    return {n: _t(inputs[f"params.{n}"], dtype).clone().requires_grad_(grad) for n in _CLF_PARAMS}
 
 
 def _clf_forward(x_emb: torch.Tensor, p: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     n = x_emb.shape[0]
-    x = torch.cat([x_emb, torch.arange(n, dtype=torch.float64)[:, None]], dim=1)  # (n, d)
+    x = torch.cat([x_emb, torch.arange(n, dtype=x_emb.dtype)[:, None]], dim=1)  # (n, d)
     q, k, v = (F.linear(x, p[f"w_{s}"].T, p[f"b_{s}"]) for s in "qkv")
     weights = torch.softmax(q @ k.T / x.shape[1] ** 0.5, dim=-1)  # (n, n)
     z = weights @ v
@@ -172,7 +173,7 @@ def _clf_forward(x_emb: torch.Tensor, p: dict[str, torch.Tensor]) -> dict[str, t
 
 def _clf_step(x_emb: np.ndarray, label: int, params: dict[str, torch.Tensor], lr: float, frozen: set[str]):
     p = {n: t.detach().clone().requires_grad_(True) for n, t in params.items()}
-    fw = _clf_forward(_t(x_emb), p)
+    fw = _clf_forward(torch.from_numpy(np.ascontiguousarray(x_emb)).to(p["w_q"].dtype), p)
     loss = F.cross_entropy(fw["pooled"][None], torch.tensor([label]))
     grads = dict(zip(_CLF_PARAMS, torch.autograd.grad(loss, [p[n] for n in _CLF_PARAMS]), strict=True))
     with torch.no_grad():
@@ -182,15 +183,15 @@ def _clf_step(x_emb: np.ndarray, label: int, params: dict[str, torch.Tensor], lr
 
 
 def _op_classifier_forward(self, inputs, options):
-    p = _clf_params(inputs, grad=False)
-    fw = _clf_forward(_t(inputs["x_emb"]), p)
+    p = _clf_params(inputs, False, self.dtype)
+    fw = _clf_forward(_t(inputs["x_emb"], self.dtype), p)
     return {**fw, "probs": torch.softmax(fw["pooled"], dim=0)}
 
 
 def _op_classifier_step(self, inputs, options):
     frozen = set(options.get("frozen") or ())
     loss, probs, grads, new = _clf_step(
-        inputs["x_emb"], int(inputs["label"]), _clf_params(inputs, False), options["lr"], frozen
+        inputs["x_emb"], int(inputs["label"]), _clf_params(inputs, False, self.dtype), options["lr"], frozen
     )
     return {
         "loss": loss,
@@ -202,7 +203,7 @@ def _op_classifier_step(self, inputs, options):
 
 def _op_classifier_train(self, inputs, options):
     frozen = set(options.get("frozen") or ())
-    params = _clf_params(inputs, False)
+    params = _clf_params(inputs, False, self.dtype)
     offsets = np.concatenate([[0], np.cumsum(inputs["lengths"])]).astype(int)
     sentences = [
         (inputs["tokens"][a:b], int(lab)) for a, b, lab in zip(offsets[:-1], offsets[1:], inputs["labels"], strict=True)

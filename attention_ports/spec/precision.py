@@ -30,9 +30,18 @@ from attention_ports.core import paths
 
 DEFAULT = "float64"
 MIXED = ("bfloat16/float32", "float16/float32")  # storage / accumulation: later (issue 17)
-# The operations of the lower tiers: where the measured defect is (our Julia port in Float32
-# failed 36 of 40 of them), and whose bounds are the cheapest to certify.
-TIER_OPS = ("softmax", "scaled_dot_product_attention")
+# The operations of the lower tiers: every operation (issue 17, item 4). A case whose values leave
+# a format's range, or whose errors leave the analysis's first-order regime, is not applicable
+# (fixtures/precision.py says which and why).
+TIER_OPS = (
+    "softmax",
+    "scaled_dot_product_attention",
+    "self_attention",
+    "multi_head_attention",
+    "classifier_forward",
+    "classifier_step",
+    "classifier_train",
+)
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,7 @@ that the stored bytes do not depend on the last bits of a ball's radius.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,6 +233,11 @@ CONSTANTS = {
 
 class BoundError(ValueError):
     """The first-order analysis does not apply (a logit error bound above MAX_FIRST_ORDER)."""
+
+
+def _exponent(x: arb) -> int:
+    """k for a parameter 2^k (the messages name the format's guard, read at call time)."""
+    return round(math.log2(float(x.mid())))
 
 
 def gamma(n: int) -> arb:
@@ -316,7 +322,7 @@ def softmax_row(
     big = max((eta[j].upper() for j in live), default=arb(0)) if len(live) > 1 else arb(0)
     if not (big + eps < MAX_FIRST_ORDER):  # an arb comparison is True only when certain
         raise BoundError(
-            f"a softmax row's first-order terms exceed 2^-20 (logit error bound {big.upper()}, "
+            f"a softmax row's first-order terms exceed 2^{_exponent(MAX_FIRST_ORDER)} (logit error bound {big.upper()}, "
             f"unnormalised relative error {eps.upper()})"
         )
     second = SECOND_ORDER * big * big

@@ -17,13 +17,17 @@
 # Symbol or String keys works too) with the members w_q b_q w_k b_k w_v b_v w_f b_f; results are
 # NamedTuples. Uses `softmax` and `_size_str` from attention.jl: the verifier includes every
 # ports/julia/src/*.jl into one module. Standard library only, Julia 1.5 to 1.11.
+#
+# Generic over the float type T of the parameters (Float64, or Float32 as Flux users train): every
+# stage, the gradients, the update and the epoch losses are computed in T; the embeddings and lr
+# are converted to it, and no Float64 constant enters the arithmetic.
 
 const CLASSIFIER_PARAMS = (:w_q, :b_q, :w_k, :b_k, :w_v, :b_v, :w_f, :b_f)
 
-# The canonical, concretely typed parameter set every internal function works on.
-const ClassifierParams = NamedTuple{CLASSIFIER_PARAMS,
-                                    Tuple{Matrix{Float64},Vector{Float64},Matrix{Float64},Vector{Float64},
-                                          Matrix{Float64},Vector{Float64},Matrix{Float64},Vector{Float64}}}
+# The canonical, concretely typed parameter set every internal function works on (T: its float type).
+const ClassifierParams{T} = NamedTuple{CLASSIFIER_PARAMS,
+                                       Tuple{Matrix{T},Vector{T},Matrix{T},Vector{T},
+                                             Matrix{T},Vector{T},Matrix{T},Vector{T}}}
 
 _param_sizes(p) = join(("$name $(_size_str(p[name]))" for name in CLASSIFIER_PARAMS), ", ")
 
@@ -41,7 +45,8 @@ function _get_param(params, name::Symbol, fn::AbstractString)
                         "got $(join(keys(params), " "))"))
 end
 
-"""Check `params` (members, shapes, finiteness); return them as a `ClassifierParams`, d and c."""
+"""Check `params` (members, shapes, finiteness); return them as a `ClassifierParams{T}` (T: the
+float type of their elements, Float64 for integers), d and c."""
 function _check_params(params, fn::AbstractString)
     raw = map(name -> _get_param(params, name, fn), CLASSIFIER_PARAMS)
     all(a -> a isa AbstractArray{<:Real}, raw) ||
@@ -61,17 +66,18 @@ function _check_params(params, fn::AbstractString)
         size(a) == want[name] || throw(ArgumentError("$fn: $name must be $shape (d = $d, c = $c); got $sizes"))
         all(isfinite, a) || throw(ArgumentError("$fn: params.$name must be finite; got $sizes"))
     end
-    p = ClassifierParams(map((a, t) -> convert(t, a), raw, fieldtypes(ClassifierParams)))
+    T = float(reduce(promote_type, map(eltype, raw)))
+    p = ClassifierParams{T}(map((a, t) -> convert(t, a), raw, fieldtypes(ClassifierParams{T})))
     return p, d, c
 end
 
-function _check_x_emb(x_emb, d::Int, fn::AbstractString; name = "x_emb")
+function _check_x_emb(x_emb, ::Type{T}, d::Int, fn::AbstractString; name = "x_emb") where {T}
     x_emb isa AbstractMatrix{<:Real} && size(x_emb, 1) == d - 1 && size(x_emb, 2) >= 1 ||
         throw(ArgumentError("$fn: $name must be e×n (a token per column) with e = d - 1 = $(d - 1) features and " *
                             "n >= 1 tokens (d = size(w_q, 1) includes the position row); got $name " *
                             "$(x_emb isa AbstractArray ? _size_str(x_emb) : typeof(x_emb))"))
     all(isfinite, x_emb) || throw(ArgumentError("$fn: $name must be finite; got $name $(_size_str(x_emb))"))
-    return Matrix{Float64}(x_emb)
+    return Matrix{T}(x_emb)
 end
 
 function _check_label(label, c::Int, fn::AbstractString; name = "label")
@@ -81,10 +87,10 @@ function _check_label(label, c::Int, fn::AbstractString; name = "label")
     return Int(label)
 end
 
-function _check_lr(lr, fn::AbstractString)
+function _check_lr(lr, ::Type{T}, fn::AbstractString) where {T}
     lr isa Real && isfinite(lr) && lr >= 0 ||
         throw(ArgumentError("$fn: lr must be a finite real number >= 0; got $(repr(lr))"))
-    return Float64(lr)
+    return T(lr)
 end
 
 function _check_frozen(frozen, fn::AbstractString)
@@ -98,14 +104,14 @@ end
 
 # --- the model, unchecked ---------------------------------------------------------------------------
 
-function _forward(x_emb::Matrix{Float64}, p::ClassifierParams)
+function _forward(x_emb::Matrix{T}, p::ClassifierParams{T}) where {T}
     n = size(x_emb, 2)
-    x = vcat(x_emb, collect(0.0:(n - 1))')              # (d, n): the position row 0..n-1 last
+    x = vcat(x_emb, T.(0:(n - 1))')                      # (d, n): the position row 0..n-1 last
     d = size(x, 1)
     q = p.w_q * x .+ p.b_q                               # (d, n)
     k = p.w_k * x .+ p.b_k                               # (d, n)
     v = p.w_v * x .+ p.b_v                               # (d, n)
-    weights = softmax((k' * q) ./ sqrt(d))               # (n_k, n_q), each column (query) sums to 1
+    weights = softmax((k' * q) ./ sqrt(T(d)))            # (n_k, n_q), each column (query) sums to 1
     z = v * weights                                      # (d, n_k) * (n_k, n_q) = (d, n_q)
     f = p.w_f * z .+ p.b_f                               # (c, d) * (d, n) = (c, n)
     pooled = vec(sum(f; dims = 2)) ./ n                  # (c,): the mean over tokens
@@ -114,15 +120,15 @@ function _forward(x_emb::Matrix{Float64}, p::ClassifierParams)
 end
 
 # -log(softmax(pooled)[label]) as a stable log-softmax.
-function _loss(pooled::Vector{Float64}, label::Int)
+function _loss(pooled::Vector{<:AbstractFloat}, label::Int)
     shifted = pooled .- maximum(pooled)                  # (c,)
     return log(sum(exp, shifted)) - shifted[label]
 end
 
 # The exact gradient of the loss for every parameter, from the forward stages `fw`.
-function _backward(fw, label::Int, p::ClassifierParams)
+function _backward(fw, label::Int, p::ClassifierParams{T}) where {T}
     d, n = size(fw.x)
-    s = 1 / sqrt(d)
+    s = 1 / sqrt(T(d))
     d_pooled = copy(fw.probs)
     d_pooled[label] -= 1                                 # (c,): probs - one_hot(label)
     d_f = repeat(d_pooled ./ n, 1, n)                    # (c, n): the mean gives each column 1/n
@@ -140,12 +146,12 @@ function _backward(fw, label::Int, p::ClassifierParams)
 end
 
 # p - lr * grad for every parameter not in `frozen` (those come back as they were).
-function _sgd(p::ClassifierParams, grads, lr::Float64, frozen::Vector{Symbol})
+function _sgd(p::ClassifierParams{T}, grads, lr::T, frozen::Vector{Symbol}) where {T}
     names = NamedTuple{CLASSIFIER_PARAMS}(CLASSIFIER_PARAMS)
-    return map((a, g, name) -> name in frozen ? copy(a) : a .- lr .* g, p, grads, names)::ClassifierParams
+    return map((a, g, name) -> name in frozen ? copy(a) : a .- lr .* g, p, grads, names)::ClassifierParams{T}
 end
 
-function _step(x_emb::Matrix{Float64}, label::Int, p::ClassifierParams, lr::Float64, frozen::Vector{Symbol})
+function _step(x_emb::Matrix{T}, label::Int, p::ClassifierParams{T}, lr::T, frozen::Vector{Symbol}) where {T}
     fw = _forward(x_emb, p)
     grads = _backward(fw, label, p)
     return (loss = _loss(fw.pooled, label), probs = fw.probs, grads = grads, params = _sgd(p, grads, lr, frozen))
@@ -165,7 +171,8 @@ Returns `(x, q, k, v, weights, z, f, pooled, probs)`: `x`, `q`, `k`, `v`, `z` d 
 function classifier_forward(x_emb, params)
     fn = "classifier_forward"
     p, d, _ = _check_params(params, fn)
-    return _forward(_check_x_emb(x_emb, d, fn), p)
+    T = eltype(p.w_q)
+    return _forward(_check_x_emb(x_emb, T, d, fn), p)
 end
 
 """
@@ -178,8 +185,9 @@ the update, the gradient of every parameter (frozen ones included) and the updat
 function classifier_step(x_emb, label, params, lr; frozen = String[])
     fn = "classifier_step"
     p, d, c = _check_params(params, fn)
-    x = _check_x_emb(x_emb, d, fn)
-    return _step(x, _check_label(label, c, fn), p, _check_lr(lr, fn), _check_frozen(frozen, fn))
+    T = eltype(p.w_q)
+    x = _check_x_emb(x_emb, T, d, fn)
+    return _step(x, _check_label(label, c, fn), p, _check_lr(lr, T, fn), _check_frozen(frozen, fn))
 end
 
 """
@@ -194,7 +202,8 @@ pre-update loss, and the final parameters.
 function classifier_train(tokens, lengths, labels, params, lr, epochs; frozen = String[])
     fn = "classifier_train"
     p, d, c = _check_params(params, fn)
-    lr = _check_lr(lr, fn)
+    T = eltype(p.w_q)
+    lr = _check_lr(lr, T, fn)
     frozen = _check_frozen(frozen, fn)
     epochs isa Real && isinteger(epochs) && epochs >= 0 ||
         throw(ArgumentError("$fn: epochs must be a whole number >= 0; got $(repr(epochs))"))
@@ -213,11 +222,11 @@ function classifier_train(tokens, lengths, labels, params, lr, epochs; frozen = 
     trained = [i for i in eachindex(lengths) if lengths[i] > 0]
     isempty(trained) && epochs > 0 &&
         throw(ArgumentError("$fn: the data set has $(length(lengths)) sentences but none with a token"))
-    sentences = [_check_x_emb(tokens[:, (ends[i] - lengths[i] + 1):ends[i]], d, fn; name = "sentence $i")
+    sentences = [_check_x_emb(tokens[:, (ends[i] - lengths[i] + 1):ends[i]], T, d, fn; name = "sentence $i")
                  for i in trained]                       # each (e, n_i)
-    epoch_losses = zeros(Int(epochs))
+    epoch_losses = zeros(T, Int(epochs))
     for epoch in 1:Int(epochs)
-        total = 0.0
+        total = zero(T)
         for (j, i) in enumerate(trained)
             step = _step(sentences[j], ys[i], p, lr, frozen)
             isfinite(step.loss) && all(a -> all(isfinite, a), step.params) ||
