@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 from attention_ports.reference.attention import softmax
-from attention_ports.reference.validate import float_dtype, check_finite
+from attention_ports.reference.validate import check_finite, float_dtype
 
 #: The parameter names, in the order every API and operation uses them.
 PARAM_NAMES: tuple[str, ...] = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_f", "b_f")

@@ -138,7 +138,8 @@ class TorchImplementation(Implementation):
         mask = inputs.get("mask")
         # nn.MultiheadAttention's boolean masks mean True = *blocked*, the opposite of SDPA's;
         # an additive float mask means the same thing to both, so always pass that.
-        attn_mask = None if mask is None else _t(np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask, self.dtype)
+        additive = None if mask is None else np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask
+        attn_mask = None if additive is None else _t(additive, self.dtype)
         out, w = mha(
             _t(inputs["query"], self.dtype)[None],
             _t(inputs["key"], self.dtype)[None],

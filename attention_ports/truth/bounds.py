@@ -322,7 +322,8 @@ def softmax_row(
     big = max((eta[j].upper() for j in live), default=arb(0)) if len(live) > 1 else arb(0)
     if not (big + eps < MAX_FIRST_ORDER):  # an arb comparison is True only when certain
         raise BoundError(
-            f"a softmax row's first-order terms exceed 2^{_exponent(MAX_FIRST_ORDER)} (logit error bound {big.upper()}, "
+            f"a softmax row's first-order terms exceed 2^{_exponent(MAX_FIRST_ORDER)} "
+            f"(logit error bound {big.upper()}, "
             f"unnormalised relative error {eps.upper()})"
         )
     second = SECOND_ORDER * big * big
