@@ -18,6 +18,11 @@ result correctly rounded, so the errors reported are each implementation's true 
   budget an implementation uses (1 = at the limit); infinite when any element is non-finite where
   it should not be, so no failure can show a small one.
 
+**Ulps in the declared format** (issue 17, item 5): judged at a precision tier, ulps are units in
+the last place of that format (``compare(..., fmt=...)``: float32's spacing at the expected value,
+2^(e - 23) in the binade [2^e, 2^(e+1)), the smallest normal's below it), and the messages say
+"ulps of float32"; at float64 they are ``numpy.spacing``'s and the messages unchanged.
+
 The message format is a contract pinned by ``tests/judge/test_compare.py``: case, output, mismatch count
 and percentage, the worst element (the finite one furthest past its own bound; else the first
 non-finite one) with expected, actual and bound, the error summary, and the positions of
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attention_ports.spec.portview import PortView
+from attention_ports.spec.precision import DEFAULT, FORMATS, Format
 
 MAX_POSITIONS = 5
 
@@ -61,6 +67,12 @@ class Comparison:
     nonfinite_mismatches: int = 0  # mismatches where either value is NaN or infinite
     nan_only_expected: tuple[tuple[int, ...], ...] = ()
     nan_only_actual: tuple[tuple[int, ...], ...] = ()
+    ulp_format: str = DEFAULT  # the format whose ulps max_ulp_err counts (the judged precision)
+
+    @property
+    def _ulps(self) -> str:
+        """The unit's name in the messages: "ulps" at float64 (the contract's), else "ulps of <format>"."""
+        return "ulps" if self.ulp_format == DEFAULT else f"ulps of {self.ulp_format}"
 
     def _finite_summary(self) -> str:
         if not self.resolved:
@@ -71,7 +83,8 @@ class Comparison:
             else f"the {self.resolved} of {self.total} elements with |expected| > bound"
         )
         return (
-            f"max abs err {self.max_abs_err:.3g}, max rel err {self.max_rel_err:.3g}, max {self.max_ulp_err:.3g} ulps "
+            f"max abs err {self.max_abs_err:.3g}, max rel err {self.max_rel_err:.3g}, "
+            f"max {self.max_ulp_err:.3g} {self._ulps} "
             f"(rel and ulps over {scope})"
         )
 
@@ -117,7 +130,8 @@ class Comparison:
                 abs_err = abs(a - e)
                 frac = abs_err / b if b > 0 else float("inf")
                 if abs(e) > b:  # resolved: the summary's rel and ulps range over it (``compare``)
-                    rel = f"rel err {abs_err / abs(e):.3g}, {abs_err / float(np.spacing(abs(e))):.3g} ulps"
+                    ulps = abs_err / float(ulp_of(np.array([abs(e)]), FORMATS[self.ulp_format])[0])
+                    rel = f"rel err {abs_err / abs(e):.3g}, {ulps:.3g} {self._ulps}"
                 else:
                     rel = "no rel err or ulps: |expected| <= bound"
                 lines.append(f"{where}, bound {b:.3g} (abs err {abs_err:.3g}, {rel}, {frac:.3g} x bound)")
@@ -183,7 +197,20 @@ def agree(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> np.nda
     return same | close
 
 
-def compare(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> Comparison:
+def ulp_of(mag: np.ndarray, fmt: Format) -> np.ndarray:
+    """The spacing of ``fmt`` at each (positive, finite) magnitude: ``numpy.spacing`` for float64;
+    else 2^(e - p + 1) in the binade [2^e, 2^(e+1)), the smallest normal's spacing below it
+    (``Format.ulps``, vectorised: ``frexp`` is exact, no rounding to the format)."""
+    if fmt.name == DEFAULT:
+        return np.spacing(mag)
+    _, e = np.frexp(np.maximum(mag, 2.0**fmt.min_normal_exp))  # mag = m 2^e, m in [0.5, 1)
+    return np.ldexp(1.0, e - fmt.mantissa_bits)
+
+
+def compare(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray, fmt: Format | None = None) -> Comparison:
+    """Compare element by element (module docstring); ``fmt``: the judged precision, whose ulps
+    the error is counted in (float64 when None)."""
+    fmt = fmt or FORMATS[DEFAULT]
     expected = np.asarray(expected, dtype=np.float64)
     actual = np.asarray(actual, dtype=np.float64)
     bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), expected.shape)
@@ -201,7 +228,7 @@ def compare(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> Comp
         resolved = both & (np.abs(expected) > bound) & (expected != 0)
         mag = np.where(resolved, np.abs(expected), 1.0)
         rel = np.where(resolved, diff / mag, 0.0)
-        ulp = np.where(resolved, diff / np.spacing(mag), 0.0)
+        ulp = np.where(resolved, diff / ulp_of(mag, fmt), 0.0)
     mismatches = int(bad.sum())
     nonfinite = int((bad & ~both).sum())
     worst = None
@@ -232,4 +259,5 @@ def compare(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> Comp
         nonfinite_mismatches=nonfinite,
         nan_only_expected=tuple(tuple(int(i) for i in p) for p in np.argwhere(nan_e & ~nan_a)),
         nan_only_actual=tuple(tuple(int(i) for i in p) for p in np.argwhere(nan_a & ~nan_e)),
+        ulp_format=fmt.name,
     )

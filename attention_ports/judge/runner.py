@@ -31,7 +31,7 @@ from attention_ports.runtimes.impl import (
     OperationMissing,
 )
 from attention_ports.runtimes.supervisor import output_section
-from attention_ports.spec import conventions
+from attention_ports.spec import conventions, precision
 
 
 def in_ci() -> bool:
@@ -121,7 +121,7 @@ def judge_output(
         res.message = f"case {case.id!r}, output {name!r}: not returned (the port returned: {got})"
         return res
     actual = np.asarray(returned[name])
-    cmp = compare(exp.array, actual, exp.bound)
+    cmp = compare(exp.array, actual, exp.bound, precision.FORMATS[case.precision])  # ulps of the tier's format
     res.expected_shape, res.actual_shape = cmp.expected_shape, cmp.actual_shape
     res.total = cmp.total
     if cmp.expected_shape == cmp.actual_shape:

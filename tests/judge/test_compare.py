@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from attention_ports.judge.compare import compare
+from attention_ports.judge.compare import compare, ulp_of
 from attention_ports.runtimes.julia import adapter as julia_adapter
 from attention_ports.spec.ops import Role
 from attention_ports.spec.portview import PortView
+from attention_ports.spec.precision import FORMATS
 
 
 def test_equal_arrays_pass_with_zero_error() -> None:
@@ -217,3 +218,17 @@ def test_rel_and_ulp_errors_cover_only_elements_the_bound_resolves() -> None:
 
 def test_minus_zero_equals_zero() -> None:
     assert compare(np.array([0.0]), np.array([-0.0]), np.array([0.0])).ok
+
+
+def test_judged_at_float32_errors_are_counted_in_float32s_ulps() -> None:
+    # issue 17 item 5: a tier's messages speak the declared format's units; float64's are unchanged
+    f32 = FORMATS["float32"]
+    expected, actual = np.array([1.0, 3.0]), np.array([1.0 + 3 * 2.0**-23, 3.0])
+    c = compare(expected, actual, np.array([2.0**-23, 1e-7]), f32)
+    assert c.max_ulp_err == 3.0 and c.ulp_format == "float32"
+    text = c.describe("c", "o")
+    assert "(abs err 3.58e-07, rel err 3.58e-07, 3 ulps of float32, 3 x bound)" in text
+    assert "max 3 ulps of float32 (rel and ulps over all 2 elements)" in text
+    assert compare(expected, actual, np.array([2.0**-23, 1e-7])).max_ulp_err == 3 * 2.0**29  # float64's
+    # below the smallest normal, the smallest normal's spacing (Format.ulps)
+    assert ulp_of(np.array([1e-40]), f32)[0] == 2.0**-149 == 1 / f32.ulps(1.0, 1e-40)
