@@ -20,10 +20,12 @@ from pathlib import Path
 import pytest
 
 from attention_ports import cli
+from attention_ports.fixtures import store as fixtures
 from attention_ports.fixtures.store import REPO_FIXTURES
 from attention_ports.runtimes import registry
 from attention_ports.runtimes.impl import ImplementationUnavailable
 from attention_ports.spec.catalogue import load_catalogue
+from attention_ports.spec.precision import fixtures_dir
 from attention_ports.tools import mutation
 from tests.conftest import require
 
@@ -169,6 +171,10 @@ class Figure:
     expected: Callable[[], tuple[int, ...]]
 
 
+def _float32_tier() -> list[dict]:
+    return fixtures.read_manifest(fixtures_dir("float32"))["cases"]
+
+
 FIGURES = [
     Figure("docs/ports.md", r"ok fixtures (\d+) cases in", lambda: (sum(_ops().values()),)),
     Figure(
@@ -197,11 +203,17 @@ FIGURES = [
         lambda: (_ops()["softmax"], sum(_ops().values()), sum(_ops().values()) - _ops()["softmax"]),
     ),
     Figure("docs/truth-and-bounds.md", r"the mutation kit's (\d+) controls", lambda: (_mutation_controls(),)),
-    # the float32 tier holds every softmax and SDPA case of the catalogue (none is not applicable today)
+    # the float32 tier: its applicable cases of the catalogue's (every operation), and the training
+    # steps among them (fixtures/precision/float32/manifest.json)
     Figure(
         "docs/precision.md",
-        r"softmax and SDPA cases \((\d+) of them",
-        lambda: (_ops()["softmax"] + _ops()["scaled_dot_product_attention"],),
+        r"cases of every operation \((\d+) of the (\d+) are applicable",
+        lambda: (len(_float32_tier()), sum(_ops().values())),
+    ),
+    Figure(
+        "docs/precision.md",
+        r"what Flux users run, are judged on (\d+) cases",
+        lambda: (sum(1 for e in _float32_tier() if e["op"] == "classifier_step"),),
     ),
 ]
 # Counts of cases that are not the catalogue's: settings of generated runs, or a run's own output
@@ -212,6 +224,10 @@ OTHER_CASE_COUNTS = {
     ("docs/cli.md", r"seed 20261123 and 105 cases per"),  # generated.CI_PROFILE, as on the page above
     ("docs/generated-cases-and-mutation.md", r"runs of 600 cases per"),
     ("docs/cli.md", r"fewer than 2 cases"),
+    # our Julia port in Float32 judged at float64: asserted by tests/runtimes/test_precision.py
+    ("docs/precision.md", r"fail 39\s+of 43 cases"),
+    ("docs/precision.md", r"fail 59 of 60 cases"),
+    ("docs/precision.md", r"all 60 of those cases"),
     ("docs/generated-cases-and-mutation.md", r"caught by >= 2 cases"),  # the rule, mutation.MIN_KILLS
     ("docs/cli.md", r"NOTHING RAN: 0 of N cases"),  # the headline's form, N any count
     ("docs/ports.md", r"verdict: FAIL: 1 of 2 cases fail"),  # the walk-through run's, checked below

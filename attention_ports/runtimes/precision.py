@@ -1,8 +1,12 @@
 """The built-in implementations run in float32, for ``verify --precision float32`` (issue 17).
 
 * ``reference``: the NumPy reference itself, given float32 arrays (it keeps float32 through: its
-  products, exp and sums run in float32; a boolean mask becomes an additive float32 one first).
-* ``torch``: ``torch.softmax`` and ``F.scaled_dot_product_attention`` on float32 CPU tensors.
+  products, exp and sums, the classifier's gradients and update run in float32; a boolean mask
+  becomes an additive float32 one first). The one widening: a step's loss comes back as a Python
+  float (computed in float32), and a trajectory's epoch loss is their mean in float64.
+* ``torch``: the float64 oracle's own code (attention_ports/runtimes/torch_impl.py) with float32
+  CPU tensors: its kernels, ``nn.MultiheadAttention`` in float32, autograd's gradients and the SGD
+  step in float32.
 * ``julia``: our Julia port, generic over ``T<:AbstractFloat``, sent Float32 arguments
   (``attention_ports/runtimes/julia/adapter.py``, ``storage``): the same port, no second one.
 * ``r``: R has only double. An R port is run as it is and judged on the tier's fixtures: a float64
