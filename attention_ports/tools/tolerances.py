@@ -23,7 +23,8 @@ implementation runs the whole call and is judged on those rows.
 What is measured, per non-degenerate output (one with a finite non-zero exact element):
 
 - **worst fraction**: ``max |actual - ref| / threshold`` of each correct implementation (the
-  tier's built-ins: ``runtimes.precision.create``); above 1 is a false alarm.
+  tier's built-ins, ``runtimes.precision.create``, and the control :class:`Sequential`, which
+  takes every sum one term at a time); above 1 is a false alarm.
 - **smallest relative error caught**, two injections: ``uniform``, every exact element times
   ``(1 + r)``; ``random sign``, each element of a correct implementation's output (the first one
   measured, the reference) times ``(1 + s r)`` with ``s = +-1`` from a fixed seed, so the injected
@@ -51,6 +52,7 @@ D = 64
 ROWS = 32  # sampled query rows per generated case: the first, the last, random others
 SEED = 17  # the generated inputs and the random-sign injection
 IMPLS = ("reference", "torch", "julia")
+SEQUENTIAL = "sequential"  # a control, always measured: correct, every sum one term at a time (:class:`Sequential`)
 RULES = ("certified", "assert_close", "flash_2x")
 RULE_NAMES = {
     "certified": "certified bound (this suite)",
@@ -165,6 +167,61 @@ def measure_output(out: Output, rule: str, dtype: Any, precision: str) -> Measur
     return Measured(usage, uniform, signed)
 
 
+# ------------------------------------------------------------------------------------------ control
+class Sequential:
+    """Softmax and SDPA in the storage dtype with every sum taken one term at a time, left to right
+    (the scores over d, the normaliser and the product with V over the keys): a correct
+    implementation that rounds as a naive loop does, where BLAS and torch sum in blocks. The
+    certified bound accepts it by construction; the rules fitted to one library's rounding may not.
+    Same semantics as the reference (boolean or additive mask, a query with no key gets zeros)."""
+
+    def __init__(self, dtype: Any) -> None:
+        self.dtype = dtype
+
+    def _sum(self, terms: np.ndarray) -> np.ndarray:
+        """Sum over the last axis, one term after another."""
+        total = np.zeros(terms.shape[:-1], dtype=self.dtype)
+        for j in range(terms.shape[-1]):
+            total += terms[..., j]
+        return total
+
+    def _softmax(self, x: np.ndarray) -> np.ndarray:
+        peak = np.max(x, axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore"):
+            e = np.exp(x - peak)
+            return e / self._sum(e)[..., None]
+
+    def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        from attention_ports.runtimes.impl import OperationMissing
+
+        t = self.dtype
+        if op == "softmax":
+            return {"y": self._softmax(np.asarray(inputs["x"]).astype(t)).astype(np.float64)}
+        if op != "scaled_dot_product_attention":
+            raise OperationMissing(f"{op}: the sequential control has softmax and SDPA only")
+        q, k, v = (np.asarray(inputs[n]).astype(t) for n in "qkv")
+        scale = options.get("scale")
+        scale = t(1 / math.sqrt(q.shape[1]) if scale is None else scale)
+        scores = np.zeros((q.shape[0], k.shape[0]), dtype=t)
+        for f in range(q.shape[1]):
+            scores += q[:, f, None] * k[None, :, f]
+        scores = scores * scale
+        mask = inputs.get("mask")
+        if mask is not None:
+            mask = np.asarray(mask)
+            scores = scores + (np.where(mask, t(0), t(-np.inf)) if mask.dtype == np.bool_ else mask.astype(t))
+        dead = np.all(np.isneginf(scores), axis=-1)
+        weights = self._softmax(scores)
+        weights[dead] = 0
+        out = np.zeros((q.shape[0], v.shape[1]), dtype=t)
+        for j in range(k.shape[0]):
+            out += weights[:, j, None] * v[None, j, :]
+        return {"output": out.astype(np.float64), "weights": weights.astype(np.float64)}
+
+    def close(self) -> None:
+        pass
+
+
 # ------------------------------------------------------------------------------------------ inputs
 def _non_degenerate(exact: np.ndarray) -> bool:
     fin = np.isfinite(exact)
@@ -255,9 +312,9 @@ def run(
 
     unavailable: dict[str, str] = {}
     measured_impls: list[str] = []
-    for name in impls:
+    for name in [*impls, SEQUENTIAL]:
         try:
-            impl = in_precision.create(name, None, fmt.name)
+            impl = Sequential(fmt.dtype) if name == SEQUENTIAL else in_precision.create(name, None, fmt.name)
         except ImplementationUnavailable as exc:
             unavailable[name] = str(exc)
             continue
