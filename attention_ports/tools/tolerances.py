@@ -87,6 +87,11 @@ class Output:
         return " L=" not in self.group
 
 
+def storage(precision: str) -> str:
+    """The storage format of a precision ("bfloat16" of "bfloat16/float32"): what the tables are keyed by."""
+    return precision.split("/")[0]
+
+
 # ------------------------------------------------------------------------------------------- rules
 def storage_round(x: np.ndarray, dtype: Any) -> np.ndarray:
     with np.errstate(over="ignore"):
@@ -105,7 +110,7 @@ def threshold(rule: str, out: Output, dtype: Any, precision: str) -> tuple[np.nd
     if rule == "certified":
         return out.exact, out.bound
     if rule == "assert_close":
-        rtol, atol = ASSERT_CLOSE[precision]
+        rtol, atol = ASSERT_CLOSE[storage(precision)]
         return out.exact, atol + rtol * np.abs(out.exact)
     if rule == "flash_2x":
         pt = out.actual.get("torch")
@@ -173,7 +178,8 @@ class Sequential:
     (the scores over d, the normaliser and the product with V over the keys): a correct
     implementation that rounds as a naive loop does, where BLAS and torch sum in blocks. The
     certified bound accepts it by construction; the rules fitted to one library's rounding may not.
-    Same semantics as the reference (boolean or additive mask, a query with no key gets zeros)."""
+    Same semantics as the reference (boolean or additive mask, a query with no key gets zeros).
+    ``dtype`` is storage = accumulation; a mixed tier's control will sum in its accumulation format."""
 
     def __init__(self, dtype: Any) -> None:
         self.dtype = dtype
@@ -352,7 +358,7 @@ def _median(xs: Sequence[float]) -> float | None:
 
 
 def summarise(outputs: Sequence[Output], fmt: Any, impls: Sequence[str], unavailable: Mapping[str, str]) -> dict:
-    goal = GOALS.get(fmt.name)
+    goal = GOALS.get(storage(fmt.name))
     groups = list(dict.fromkeys(o.group for o in outputs))
     doc: dict[str, Any] = {
         "format": FORMAT,
