@@ -199,6 +199,25 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=5, help="measurements per point; the best is kept (default 5)")
     b.add_argument("--json", type=Path, default=None, help="write the machine-readable results here")
     b.add_argument("--no-verify", action="store_true", help="skip the cold `verify` runs (faster)")
+    b.add_argument(
+        "--tolerances",
+        action="store_true",
+        help="instead of speed: how tight a precision tier's bounds are, beside torch's assert_close and "
+        "FlashAttention's 2x rule (false alarms, smallest relative error caught)",
+    )
+    b.add_argument(
+        "--precision",
+        default="float32",
+        metavar="NAME",
+        help="with --tolerances: the tier measured (default float32)",
+    )
+    b.add_argument(
+        "--length",
+        action="append",
+        type=int,
+        metavar="L",
+        help="with --tolerances: generated SDPA sizes, d = 64 (repeatable; default 256, 1024, 4096; 0: none)",
+    )
 
     cov = sub.add_parser("coverage", help="print the coverage matrix (operation x option/regime -> cases) as markdown")
     cov.add_argument("--catalogue", type=Path, default=REPO_FIXTURES / "catalogue.toml")
@@ -313,6 +332,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         print("attention-ports bench: --repeats must be at least 1", file=sys.stderr)
         return 2
+    if args.tolerances:
+        return _bench_tolerances(args)
     options = bench.Options(impls=args.impl or DEFAULT_IMPLS, repeats=args.repeats, verify=not args.no_verify)
     doc = bench.run(options, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     print(bench.table(doc))
@@ -320,6 +341,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
         atomic_write(args.json, (json.dumps(doc, indent=1) + "\n").encode())
     failed = [r["implementation"] for r in doc["implementations"] if "error" in r]
     return 3 if failed else 0
+
+
+def _bench_tolerances(args: argparse.Namespace) -> int:
+    import json
+
+    from attention_ports.core.io import atomic_write
+    from attention_ports.spec.precision import PrecisionError
+    from attention_ports.tools import tolerances
+
+    lengths = tolerances.LENGTHS if args.length is None else [n for n in args.length if n > 0]
+    if any(n < 3 for n in lengths):
+        print("attention-ports bench: --length must be at least 3 (or 0 for none)", file=sys.stderr)
+        return 2
+    try:
+        doc = tolerances.run(
+            args.precision,
+            impls=args.impl or tolerances.IMPLS,
+            lengths=lengths,
+            progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+        )
+    except PrecisionError as exc:
+        print(f"attention-ports bench: {exc}", file=sys.stderr)
+        return 2
+    print(tolerances.table(doc))
+    if args.json:
+        atomic_write(args.json, (json.dumps(doc, indent=1) + "\n").encode())
+    return 0
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
