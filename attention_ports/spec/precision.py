@@ -1,8 +1,10 @@
 """Precision tiers: the arithmetic a port declares, and the format table its bounds use (issue 17).
 
 A port computes in one storage = accumulation format: ``"float64"`` (the default, and the suite's
-main fixtures) or ``"float32"``. The mixed forms (``"bfloat16/float32"``, ``"float16/float32"``)
-are named here so that a declaration of one gets a clear "not yet supported" error.
+main fixtures) or ``"float32"``, or in a mixed one (:data:`MIXED`: ``"bfloat16/float32"``,
+``"float16/float32"``, storage / accumulation): values stored in the storage format (:class:`Storage`),
+arithmetic in the accumulation format (the :class:`Format`'s own constants), rounded to storage at
+the declared rounding points (the rule: attention_ports/truth/bounds.py, "Mixed precision").
 
 **The format table** (:data:`FORMATS`) is the one place a format's constants live: its unit
 roundoff, the accuracy of its ``exp``/``log``, the largest finite value, the smallest normal and
@@ -29,10 +31,35 @@ import numpy as np
 from attention_ports.core import paths
 
 DEFAULT = "float64"
-MIXED = ("bfloat16/float32", "float16/float32")  # storage / accumulation: later (issue 17)
+MIXED = ("bfloat16/float32", "float16/float32")  # storage / accumulation (issue 17)
 # The operations of the lower tiers: where the measured defect is (our Julia port in Float32
 # failed 36 of 40 of them), and whose bounds are the cheapest to certify.
 TIER_OPS = ("softmax", "scaled_dot_product_attention")
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The format a mixed-precision kernel stores values in (its arithmetic is its Format's)."""
+
+    name: str
+    mantissa_bits: int  # p, the implicit bit included: u = 2^-p
+    max_finite: float
+    min_normal_exp: int  # smallest normal 2^e
+    min_subnormal_exp: int  # smallest subnormal 2^e
+
+    @property
+    def u(self) -> float:
+        return 2.0**-self.mantissa_bits
+
+    @property
+    def tiny(self) -> float:
+        """Half the smallest subnormal: the absolute error of a rounding in the subnormal range."""
+        return 2.0 ** (self.min_subnormal_exp - 1)
+
+
+# Exact IEEE binary16 and bfloat16 (the top half of a binary32: float32's exponent range, 8 bits).
+BFLOAT16 = Storage("bfloat16", 8, (2 - 2.0**-7) * 2.0**127, -126, -133)
+FLOAT16 = Storage("float16", 11, 65504.0, -14, -24)
 
 
 @dataclass(frozen=True)
@@ -61,10 +88,26 @@ class Format:
     # A shifted logit below minus this gives a weight under half the smallest subnormal
     # (float32: e^-104 < 2^-150); truth/bounds.py's NEGLIGIBLE_LOGIT for float64.
     negligible_logit: int
+    # Mixed precision: the storage format values are rounded to at the declared rounding points
+    # (inputs, the attention weights before the product with V, outputs); None: storage =
+    # accumulation (this format itself).
+    storage: Storage | None = None
 
     @property
     def u(self) -> float:
         return 2.0**-self.mantissa_bits
+
+    @property
+    def dirname(self) -> str:
+        """The tier's folder name under fixtures/precision/ ("bfloat16/float32" -> "bfloat16-float32")."""
+        return self.name.replace("/", "-")
+
+    @property
+    def storage_format(self) -> Storage:
+        """Where inputs and outputs live: the storage format, or this format's own as a Storage."""
+        if self.storage is not None:
+            return self.storage
+        return Storage(self.name, self.mantissa_bits, self.max_finite, self.min_normal_exp, self.min_subnormal_exp)
 
     @property
     def exp_overflow(self) -> float:
@@ -89,7 +132,39 @@ FORMATS: dict[str, Format] = {
     "float32": Format(
         "float32", np.float32, 24, 4, float(np.finfo(np.float32).max), -126, -149, -17, -104, -8, -6, 104
     ),
+    # Mixed: float32's arithmetic (every accumulation constant is float32's), values stored in
+    # bfloat16 / float16. The largest relative bound: an output rounded to storage carries u_s of
+    # itself, 2^-8 for bfloat16 (times SAFETY, plus the float32 analysis): 2^-4 of the case's largest.
+    "bfloat16/float32": Format(
+        "bfloat16/float32", np.float32, 24, 4, float(np.finfo(np.float32).max), -126, -149, -17, -104, -8, -4, 104,
+        BFLOAT16,
+    ),
+    "float16/float32": Format(
+        "float16/float32", np.float32, 24, 4, float(np.finfo(np.float32).max), -126, -149, -17, -104, -8, -6, 104,
+        FLOAT16,
+    ),
 }
+
+
+def round_to(arr: np.ndarray, fmt: Storage) -> np.ndarray:
+    """``arr`` (float64) rounded to the nearest value of ``fmt``, ties to even, as float64.
+
+    Exact, and the same bytes on every CPU: only exact operations touch the values (``frexp``,
+    scaling by powers of two, ``rint``, which rounds half to even), so no rounding of NumPy's, no
+    FMA and no SIMD kernel can differ. Directly from float64 (no double rounding through float32).
+    Gradual underflow below the smallest normal; past the largest finite value, +-inf (IEEE's
+    overflow under round-to-nearest: from max + half an ulp up). NaN and +-inf are kept.
+    """
+    x = np.asarray(arr, dtype=np.float64)
+    out = x.copy()
+    fin = np.isfinite(x) & (x != 0)
+    _, e = np.frexp(x[fin])  # |x| = m 2^e, m in [0.5, 1): the ulp of p bits is 2^(e - p)
+    quantum = np.maximum(e - fmt.mantissa_bits, fmt.min_subnormal_exp)
+    rounded = np.ldexp(np.rint(np.ldexp(x[fin], -quantum)), quantum)
+    with np.errstate(over="ignore"):
+        rounded[np.abs(rounded) > fmt.max_finite] *= np.inf
+    out[fin] = rounded
+    return out
 
 
 class PrecisionError(ValueError):
@@ -100,11 +175,6 @@ def get(name: str, where: str = "precision") -> Format:
     """The format named ``name``; ``where`` names the field or option in the error message."""
     if name in FORMATS:
         return FORMATS[name]
-    if name in MIXED:
-        raise PrecisionError(
-            f"{where} = {name!r}: mixed precision (storage/accumulation) is not yet supported; "
-            f"the supported precisions are {', '.join(map(repr, FORMATS))}"
-        )
     raise PrecisionError(f"{where} = {name!r} is not a precision; use one of {', '.join(map(repr, FORMATS))}")
 
 
@@ -115,12 +185,16 @@ ROOT = paths.FIXTURES / "precision"
 
 def fixtures_dir(name: str) -> Path:
     """Where a precision tier's fixtures live (the main fixtures for float64)."""
-    return paths.FIXTURES if name == DEFAULT else ROOT / name
+    if name == DEFAULT:
+        return paths.FIXTURES
+    return ROOT / (FORMATS[name].dirname if name in FORMATS else name)
 
 
 def of_fixtures(fixtures_dir: Path) -> Format:
     """The precision a fixtures folder is for: ``.../precision/<name>`` is that tier's; else float64."""
     path = Path(fixtures_dir)
-    if path.parent.name == "precision" and path.name in FORMATS:
-        return FORMATS[path.name]
+    if path.parent.name == "precision":
+        for fmt in FORMATS.values():
+            if fmt.dirname == path.name:
+                return fmt
     return FORMATS[DEFAULT]

@@ -312,7 +312,8 @@ class JuliaImplementation(Implementation):
 
     @property
     def storage(self) -> type:
-        return np.float32 if self.precision == "float32" else np.float64
+        # a mixed precision's storage values travel as Float32 (exactly): the port computes in float32
+        return np.float32 if self.precision != "float64" else np.float64
 
     @property
     def last_output(self) -> str:  # type: ignore[override]
