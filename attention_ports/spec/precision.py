@@ -23,7 +23,7 @@ Layer: spec. Imports only ``core`` (where the fixtures are).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -132,18 +132,15 @@ FORMATS: dict[str, Format] = {
     "float32": Format(
         "float32", np.float32, 24, 4, float(np.finfo(np.float32).max), -126, -149, -17, -104, -8, -6, 104
     ),
-    # Mixed: float32's arithmetic (every accumulation constant is float32's), values stored in
-    # bfloat16 / float16. The largest relative bound: an output rounded to storage carries u_s of
-    # itself, 2^-8 for bfloat16 (times SAFETY, plus the float32 analysis): 2^-4 of the case's largest.
-    "bfloat16/float32": Format(
-        "bfloat16/float32", np.float32, 24, 4, float(np.finfo(np.float32).max), -126, -149, -17, -104, -8, -4, 104,
-        BFLOAT16,
-    ),
-    "float16/float32": Format(
-        "float16/float32", np.float32, 24, 4, float(np.finfo(np.float32).max), -126, -149, -17, -104, -8, -6, 104,
-        FLOAT16,
-    ),
 }
+
+# Mixed: float32's arithmetic (every accumulation constant is float32's), values stored in
+# bfloat16 / float16. The largest relative bound: an output rounded to storage carries u_s of
+# itself, 2^-8 for bfloat16 (times SAFETY, plus the float32 analysis): 2^-4 of the case's largest.
+FORMATS["bfloat16/float32"] = replace(
+    FORMATS["float32"], name="bfloat16/float32", storage=BFLOAT16, max_relative_bound_exp=-4
+)
+FORMATS["float16/float32"] = replace(FORMATS["float32"], name="float16/float32", storage=FLOAT16)
 
 
 def round_to(arr: np.ndarray, fmt: Storage) -> np.ndarray:
