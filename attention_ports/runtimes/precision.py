@@ -23,6 +23,11 @@ Mixed precision (``"bfloat16/float32"``, ``"float16/float32"``: storage / accumu
   tier's arithmetic without the rounding points);
 * ``r``: double, as it is.
 
+float16 (storage = accumulation, ``"float16"``): the reference and torch as for
+``"float16/float32"`` (float32 inside, rounded to float16: more accurate than float16 arithmetic,
+which passes its tier), and our Julia port sent Float16 arguments: Julia rounds every Float16
+operation to float16, the tier's own arithmetic.
+
 Results come back widened to float64, which is exact: the values judged are the float32 values.
 :func:`declared` is a Julia port's declared precision (the one the run judges it in).
 
@@ -170,9 +175,10 @@ def create(name: str, port: Path | None, fmt: str) -> Implementation | None:
     if fmt == precision.DEFAULT:
         return None
     mixed = precision.get(fmt).storage is not None
-    if name == "reference":
+    if name == "reference":  # float16: float32 arithmetic stored in float16 (the reference keeps
+        # float32 or float64 only), more accurate than float16's, which passes its tier
         return MixedReference(precision.get(fmt)) if mixed else Float32Reference()
-    if name == "torch":
+    if name == "torch":  # float16: torch's float16 CPU tensors (computed in float32, stored in float16)
         return torch_mixed(precision.get(fmt)) if mixed else torch_float32()
     if name == "julia":
         from attention_ports.runtimes.julia.adapter import JuliaImplementation

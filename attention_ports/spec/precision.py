@@ -92,6 +92,10 @@ class Format:
     # (inputs, the attention weights before the product with V, outputs); None: storage =
     # accumulation (this format itself).
     storage: Storage | None = None
+    # Roundings in the storage format's subnormal range charged per rounding point (tau_s each):
+    # 1 where the arithmetic is wider (mixed: float32's intermediates do not reach float16's
+    # subnormals); 2 for float16 itself (the exp before the division rounds there too).
+    subnormal_roundings: int = 1
 
     @property
     def u(self) -> float:
@@ -141,6 +145,21 @@ FORMATS["bfloat16/float32"] = replace(
     FORMATS["float32"], name="bfloat16/float32", storage=BFLOAT16, max_relative_bound_exp=-4
 )
 FORMATS["float16/float32"] = replace(FORMATS["float32"], name="float16/float32", storage=FLOAT16)
+# float16 itself (storage = accumulation: Julia's Float16, which rounds every operation to
+# float16). Its storage rounding points (the weights before V, the outputs) are also counted by the
+# rules' own roundings: charged twice, which costs ~u per output and keeps one place for tau_s, the
+# absolute error of a rounding in float16's subnormal range, charged twice per point
+# (subnormal_roundings: the exp before the division rounds there too). Constants that differ from
+# float32's rule of thumb, and why: the resolution is 8 u (128 u would be 6%, coarser than the
+# analysis itself; every output but an exact one already carries >= 10 u in B); the underflow
+# allowance is 2^-22, four smallest subnormals (2^22 times the smallest normal would be 2^8); the
+# first-order guard is 2^-3, the second-order remainder's own limit (the softmax's eps alone is
+# >= 10 u = 2^-7.7 in float16: 2^-8 would refuse every row), so the neglected terms are up to 1/8
+# of the bound, inside SAFETY = 2 with Julia's Float16 exp (computed in Float32, then rounded:
+# within one ulp, a quarter of C_EXP); e^-18 is below half the smallest subnormal (2^-25).
+FORMATS["float16"] = Format(
+    "float16", np.float16, 11, 4, 65504.0, -14, -24, -8, -22, -3, 0, 18, FLOAT16, subnormal_roundings=2
+)
 
 
 def round_to(arr: np.ndarray, fmt: Storage) -> np.ndarray:

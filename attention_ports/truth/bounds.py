@@ -346,8 +346,8 @@ def softmax_row(
     big = max((eta[j].upper() for j in live), default=arb(0)) if len(live) > 1 else arb(0)
     if not (big + eps < MAX_FIRST_ORDER):  # an arb comparison is True only when certain
         raise BoundError(
-            f"a softmax row's first-order terms exceed 2^-20 (logit error bound {big.upper()}, "
-            f"unnormalised relative error {eps.upper()})"
+            f"a softmax row's first-order terms exceed {_short(MAX_FIRST_ORDER)} (logit error bound "
+            f"{_short(big)}, unnormalised relative error {_short(eps)})"
         )
     second = SECOND_ORDER * big * big
     norm, rho = [], []
@@ -370,6 +370,11 @@ def softmax_row(
         "err": [a_abs[j] * rho[j] for j in range(len(a))],
         "rho": rho,
     }
+
+
+def _short(x: arb) -> str:
+    """An upper bound of x, in 4 significant digits, for a message."""
+    return f"{float(x.upper()):.4g}"
 
 
 def softmax_eps(n: int) -> arb:

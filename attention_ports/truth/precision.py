@@ -52,7 +52,7 @@ def rules(fmt: Format) -> Iterator[None]:
         bounds.NEGLIGIBLE_LOGIT = fmt.negligible_logit
         # mixed precision: the rounding points to storage (bounds.py, "Mixed precision")
         bounds.STORAGE_U = arb(fmt.storage.u) if fmt.storage is not None else None
-        bounds.STORAGE_TINY = arb(fmt.storage.tiny) if fmt.storage is not None else arb(0)
+        bounds.STORAGE_TINY = arb(fmt.storage.tiny) * fmt.subnormal_roundings if fmt.storage is not None else arb(0)
         truth._MEMO = {}
         yield
     finally:
@@ -75,7 +75,7 @@ def constants(fmt: Format) -> dict[str, Any]:
             {
                 "storage": fmt.storage.name,
                 "u_storage": f"2^-{fmt.storage.mantissa_bits}",
-                "tau_storage": f"2^{fmt.storage.min_subnormal_exp - 1}",
+                "tau_storage": f"{fmt.subnormal_roundings} x 2^{fmt.storage.min_subnormal_exp - 1}",
                 "rounded_to_storage": ["inputs", "attention weights before the product with V", "outputs"],
             }
             if fmt.storage is not None
