@@ -215,6 +215,7 @@ that the stored bytes do not depend on the last bits of a ball's radius.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -346,7 +347,8 @@ def softmax_row(
     big = max((eta[j].upper() for j in live), default=arb(0)) if len(live) > 1 else arb(0)
     if not (big + eps < MAX_FIRST_ORDER):  # an arb comparison is True only when certain
         raise BoundError(
-            f"a softmax row's first-order terms exceed {_short(MAX_FIRST_ORDER)} (logit error bound "
+            f"a softmax row's first-order terms exceed 2^{math.frexp(float(MAX_FIRST_ORDER.mid()))[1] - 1} "
+            f"(logit error bound "
             f"{_short(big)}, unnormalised relative error {_short(eps)})"
         )
     second = SECOND_ORDER * big * big
