@@ -125,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--precision",
         default=None,
-        help="judge in this arithmetic: float64 or float32 (the built-ins run in it; default: each port's declaration)",
+        help=(
+            "judge in this arithmetic: float64, float32, bfloat16/float32, float16/float32 or float16 "
+            "(the built-ins run in it; default: each port's declaration)"
+        ),
     )
     v.add_argument("--json", type=Path, default=None, help="write the machine-readable report here")
     v.add_argument("--junit", type=Path, default=None, help="write JUnit XML here (one testcase per impl x case)")

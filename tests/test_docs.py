@@ -215,7 +215,28 @@ FIGURES = [
         r"what Flux users run, are judged on (\d+) cases",
         lambda: (sum(1 for e in _float32_tier() if e["op"] == "classifier_step"),),
     ),
+    # the mixed and float16 tiers' applicable and not applicable cases, from their manifests
+    *(
+        Figure("docs/precision.md", rf"\| `{name}` \| (\d+) \| (\d+) \|", lambda name=name: _tier_counts(name))
+        for name in ("bfloat16/float32", "float16/float32")
+    ),
+    Figure("docs/precision.md", r"Measured: (\d+) of the tier's (\d+) softmax", lambda: _float16_counts()),
 ]
+
+
+def _tier_counts(name: str) -> tuple[int, int]:
+    from attention_ports.fixtures.store import read_manifest
+    from attention_ports.spec.precision import fixtures_dir
+
+    manifest = read_manifest(fixtures_dir(name))
+    return len(manifest["cases"]), len(manifest["truth"]["not_applicable"])
+
+
+def _float16_counts() -> tuple[int, int]:
+    applicable, not_applicable = _tier_counts("float16")
+    return applicable, applicable + not_applicable
+
+
 # Counts of cases that are not the catalogue's: settings of generated runs, or a run's own output
 # that an example test below checks; (page, the words around the figure).
 OTHER_CASE_COUNTS = {

@@ -1,4 +1,4 @@
-"""The built-in implementations run in float32, for ``verify --precision float32`` (issue 17).
+"""The built-in implementations run in a lower precision, for ``verify --precision P`` (issue 17).
 
 * ``reference``: the NumPy reference itself, given float32 arrays (it keeps float32 through: its
   products, exp and sums, the classifier's gradients and update run in float32; a boolean mask
@@ -11,6 +11,26 @@
   (``attention_ports/runtimes/julia/adapter.py``, ``storage``): the same port, no second one.
 * ``r``: R has only double. An R port is run as it is and judged on the tier's fixtures: a float64
   implementation passes every lower tier (its errors are far inside the float32 bounds).
+
+Mixed precision (``"bfloat16/float32"``, ``"float16/float32"``: storage / accumulation):
+
+* ``reference``: the NumPy reference in float32 with the declared rounding points applied
+  (attention_ports/truth/bounds.py, "Mixed precision"): its inputs are storage values already,
+  its weights are rounded to storage before the product with V (done here, in float32, after the
+  reference's own float32 softmax), and every output is rounded to storage
+  (``spec.precision.round_to``: exact);
+* ``torch``: ``torch.softmax`` and ``F.scaled_dot_product_attention`` on bfloat16 / float16 CPU
+  tensors. torch's CPU kernels compute such tensors in float32 internally and round the results:
+  judged on what they return;
+* ``julia``: our port sent Float32 arguments holding the storage values (Julia 1.5 has no
+  BFloat16 without a package): a float32 computation, which passes a mixed tier (it is the
+  tier's arithmetic without the rounding points);
+* ``r``: double, as it is.
+
+float16 (storage = accumulation, ``"float16"``): the reference and torch as for
+``"float16/float32"`` (float32 inside, rounded to float16: more accurate than float16 arithmetic,
+which passes its tier), and our Julia port sent Float16 arguments: Julia rounds every Float16
+operation to float16, the tier's own arithmetic.
 
 Results come back widened to float64, which is exact: the values judged are the float32 values.
 :func:`declared` is a Julia port's declared precision (the one the run judges it in).
@@ -29,6 +49,7 @@ import numpy as np
 from attention_ports.runtimes.builtin import ReferenceImplementation, call_reference
 from attention_ports.runtimes.impl import Arrays, Implementation, OperationMissing
 from attention_ports.spec import precision
+from attention_ports.spec.precision import round_to
 
 
 def _storage(inputs: Mapping[str, np.ndarray], dtype: type) -> dict[str, np.ndarray]:
@@ -47,11 +68,10 @@ def _widened(result: Mapping[str, Any]) -> Arrays:
     return {k: np.asarray(v, dtype=np.float64) for k, v in result.items()}
 
 
-def _tier_op(op: str, impl: str) -> None:
-    if op not in precision.TIER_OPS:
-        raise OperationMissing(
-            f"{op} is not in the float32 tier of {impl} (its operations: {', '.join(precision.TIER_OPS)})"
-        )
+def _tier_op(op: str, impl: str, fmt: str = "float32") -> None:
+    ops = precision.tier_ops(precision.get(fmt))
+    if op not in ops:
+        raise OperationMissing(f"{op} is not in the {fmt} tier of {impl} (its operations: {', '.join(ops)})")
 
 
 class Float32Reference(ReferenceImplementation):
@@ -62,6 +82,65 @@ class Float32Reference(ReferenceImplementation):
 
     def describe(self) -> str:
         return super().describe() + ", run in float32"
+
+
+class MixedReference(ReferenceImplementation):
+    """The NumPy reference in float32 with a mixed format's rounding points to storage."""
+
+    def __init__(self, fmt: precision.Format) -> None:
+        super().__init__()
+        assert fmt.storage is not None
+        self.fmt = fmt
+
+    def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
+        _tier_op(op, "reference", self.fmt.name)
+        opts = {k: float(v) if isinstance(v, float) else v for k, v in options.items()}  # weak scalars
+        args = _storage(inputs, np.float32)
+        out = call_reference(op, args, opts)
+        storage = self.fmt.storage
+        assert storage is not None
+        if op == "scaled_dot_product_attention":
+            # the flash kernels' rounding point: the weights stored before the product with V
+            w = round_to(np.asarray(out["weights"], dtype=np.float64), storage).astype(np.float32)
+            out = {"weights": w, "output": w @ args["v"]}
+        return {k: round_to(np.asarray(v, dtype=np.float64), storage) for k, v in out.items()}
+
+    def describe(self) -> str:
+        return super().describe() + f", run in float32 with values stored in {self.fmt.storage.name}"
+
+
+def torch_mixed(fmt: precision.Format) -> Implementation:
+    """torch on CPU tensors of ``fmt``'s storage dtype (bfloat16 or float16)."""
+    from attention_ports.runtimes import torch_impl  # torch is optional: imported only when asked for
+
+    torch = torch_impl.torch
+    assert fmt.storage is not None
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}[fmt.storage.name]
+
+    def tensor(a: np.ndarray) -> Any:
+        # a storage value in float64 converts to the storage dtype exactly (the tier's inputs are)
+        return torch_impl._t(a).to(dtype)
+
+    class MixedTorch(torch_impl.TorchImplementation):
+        def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
+            _tier_op(op, "torch", fmt.name)
+            return _widened(super().run(op, inputs, options))
+
+        def _op_softmax(self, inputs, options):
+            return {"y": torch.softmax(tensor(inputs["x"]), dim=-1).float()}
+
+        def _op_scaled_dot_product_attention(self, inputs, options):
+            mask = inputs.get("mask")
+            if mask is not None:
+                mask = torch.from_numpy(np.ascontiguousarray(mask)) if mask.dtype == np.bool_ else tensor(mask)
+            q, k, v = (tensor(inputs[n]) for n in "qkv")
+            out, w = torch_impl._sdpa(q, k, v, mask, options.get("scale"))
+            return {"output": out.float(), "weights": w.float()}
+
+        def describe(self) -> str:
+            return super().describe().replace("(float64, CPU)", f"({fmt.storage.name} tensors, CPU)")
+
+    return MixedTorch()
 
 
 def torch_float32() -> Implementation:
@@ -81,10 +160,12 @@ def create(name: str, port: Path | None, fmt: str) -> Implementation | None:
     """The built-in ``name`` in ``fmt``, or None where the default construction is right."""
     if fmt == precision.DEFAULT:
         return None
-    if name == "reference":
-        return Float32Reference()
-    if name == "torch":
-        return torch_float32()
+    mixed = precision.get(fmt).storage is not None
+    if name == "reference":  # float16: float32 arithmetic stored in float16 (the reference keeps
+        # float32 or float64 only), more accurate than float16's, which passes its tier
+        return MixedReference(precision.get(fmt)) if mixed else Float32Reference()
+    if name == "torch":  # float16: torch's float16 CPU tensors (computed in float32, stored in float16)
+        return torch_mixed(precision.get(fmt)) if mixed else torch_float32()
     if name == "julia":
         from attention_ports.runtimes.julia.adapter import JuliaImplementation
 

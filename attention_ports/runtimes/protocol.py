@@ -31,6 +31,7 @@ Bodies (``str`` is u32 byte count + UTF-8; counts are u32):
              | 'K' the same with u8 elements 0 / 1   (logical arrays)
              | 'f' f32 | 'a' the same with f32 elements   (a float32 port's arguments: Julia only;
                                                     attention_ports/spec/precision.py)
+             | 'h' f16 | 'g' the same with f16 elements   (a float16 port's arguments: Julia only)
              | 'T' u32 n, n x (str name, value)      (a named group: params -> NamedTuple / list)
              | 'V' u32 n, n x value                  (a list -> Vector / vector)
              | 'X' str type                          (a value with no wire form; declarations only)
@@ -74,7 +75,8 @@ PIPE_SIZE = 1 << 20
 _U8, _U32, _I64, _F64 = struct.Struct("<B"), struct.Struct("<I"), struct.Struct("<q"), struct.Struct("<d")
 _LE_F8, _LE_I8, _U1 = np.dtype("<f8"), np.dtype("<i8"), np.dtype("u1")
 _LE_F4, _F32 = np.dtype("<f4"), struct.Struct("<f")
-_ARRAY_TAGS = {b"A": _LE_F8, b"Z": _LE_I8, b"K": _U1, b"a": _LE_F4}
+_LE_F2, _F16 = np.dtype("<f2"), struct.Struct("<e")
+_ARRAY_TAGS = {b"A": _LE_F8, b"Z": _LE_I8, b"K": _U1, b"a": _LE_F4, b"g": _LE_F2}
 _BYTES = [bytes([i]) for i in range(256)]
 _DIMS = [struct.Struct(f"<B{n}q") for n in range(MAX_NDIM + 1)]  # ndim, then the dims
 _SHAPES = [struct.Struct(f"<{n}q") for n in range(MAX_NDIM + 1)]
@@ -130,6 +132,8 @@ def encode_value(out: list[Part], value: Any) -> None:
             tag, dtype = b"Z", _LE_I8
         elif value.dtype == np.float32:
             tag, dtype = b"a", _LE_F4
+        elif value.dtype == np.float16:
+            tag, dtype = b"g", _LE_F2
         else:
             tag, dtype = b"A", _LE_F8
         a = value if value.dtype == dtype else np.asarray(value, dtype=dtype)
@@ -146,6 +150,8 @@ def encode_value(out: list[Part], value: Any) -> None:
         out.append(b"I" + _I64.pack(int(value)))
     elif isinstance(value, np.float32):
         out.append(b"f" + _F32.pack(float(value)))
+    elif isinstance(value, np.float16):
+        out.append(b"h" + _F16.pack(float(value)))
     elif isinstance(value, float | np.floating):
         out.append(b"F" + _F64.pack(float(value)))
     elif isinstance(value, str):
@@ -303,6 +309,8 @@ class Reader:
             return self.unpack(_F64)
         if tag == b"f":
             return np.float32(self.unpack(_F32))
+        if tag == b"h":
+            return np.float16(self.unpack(_F16))
         if tag == b"S":
             return self.str()
         if tag in _ARRAY_TAGS:

@@ -1,8 +1,10 @@
 """Precision tiers: the arithmetic a port declares, and the format table its bounds use (issue 17).
 
 A port computes in one storage = accumulation format: ``"float64"`` (the default, and the suite's
-main fixtures) or ``"float32"``. The mixed forms (``"bfloat16/float32"``, ``"float16/float32"``)
-are named here so that a declaration of one gets a clear "not yet supported" error.
+main fixtures) or ``"float32"``, or in a mixed one (:data:`MIXED`: ``"bfloat16/float32"``,
+``"float16/float32"``, storage / accumulation): values stored in the storage format (:class:`Storage`),
+arithmetic in the accumulation format (the :class:`Format`'s own constants), rounded to storage at
+the declared rounding points (the rule: attention_ports/truth/bounds.py, "Mixed precision").
 
 **The format table** (:data:`FORMATS`) is the one place a format's constants live: its unit
 roundoff, the accuracy of its ``exp``/``log``, the largest finite value, the smallest normal and
@@ -21,7 +23,7 @@ Layer: spec. Imports only ``core`` (where the fixtures are).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +31,8 @@ import numpy as np
 from attention_ports.core import paths
 
 DEFAULT = "float64"
-MIXED = ("bfloat16/float32", "float16/float32")  # storage / accumulation: later (issue 17)
-# The operations of the lower tiers: every operation (issue 17, item 4). A case whose values leave
+MIXED = ("bfloat16/float32", "float16/float32")  # storage / accumulation (issue 17)
+# The operations of the float32 tier: every operation (issue 17, item 4). A case whose values leave
 # a format's range, or whose errors leave the analysis's first-order regime, is not applicable
 # (fixtures/precision.py says which and why).
 TIER_OPS = (
@@ -42,6 +44,37 @@ TIER_OPS = (
     "classifier_step",
     "classifier_train",
 )
+# The operations of the tiers with a storage format (the mixed tiers and float16): the attention
+# kernel, whose rounding points (inputs, the weights before V, outputs) the rule states. A
+# projection or a training step in bfloat16 has more of them (q, k, v stored; gradients and
+# parameters stored) that the rule does not state yet.
+STORAGE_TIER_OPS = ("softmax", "scaled_dot_product_attention")
+
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The format a mixed-precision kernel stores values in (its arithmetic is its Format's)."""
+
+    name: str
+    mantissa_bits: int  # p, the implicit bit included: u = 2^-p
+    max_finite: float
+    min_normal_exp: int  # smallest normal 2^e
+    min_subnormal_exp: int  # smallest subnormal 2^e
+
+    @property
+    def u(self) -> float:
+        return 2.0**-self.mantissa_bits
+
+    @property
+    def tiny(self) -> float:
+        """Half the smallest subnormal: the absolute error of a rounding in the subnormal range."""
+        return 2.0 ** (self.min_subnormal_exp - 1)
+
+
+# Exact IEEE binary16 and bfloat16 (the top half of a binary32: float32's exponent range, 8 bits).
+BFLOAT16 = Storage("bfloat16", 8, (2 - 2.0**-7) * 2.0**127, -126, -133)
+FLOAT16 = Storage("float16", 11, 65504.0, -14, -24)
 
 
 @dataclass(frozen=True)
@@ -70,10 +103,30 @@ class Format:
     # A shifted logit below minus this gives a weight under half the smallest subnormal
     # (float32: e^-104 < 2^-150); truth/bounds.py's NEGLIGIBLE_LOGIT for float64.
     negligible_logit: int
+    # Mixed precision: the storage format values are rounded to at the declared rounding points
+    # (inputs, the attention weights before the product with V, outputs); None: storage =
+    # accumulation (this format itself).
+    storage: Storage | None = None
+    # Roundings in the storage format's subnormal range charged per rounding point (tau_s each):
+    # 1 where the arithmetic is wider (mixed: float32's intermediates do not reach float16's
+    # subnormals); 2 for float16 itself (the exp before the division rounds there too).
+    subnormal_roundings: int = 1
 
     @property
     def u(self) -> float:
         return 2.0**-self.mantissa_bits
+
+    @property
+    def dirname(self) -> str:
+        """The tier's folder name under fixtures/precision/ ("bfloat16/float32" -> "bfloat16-float32")."""
+        return self.name.replace("/", "-")
+
+    @property
+    def storage_format(self) -> Storage:
+        """Where inputs and outputs live: the storage format, or this format's own as a Storage."""
+        if self.storage is not None:
+            return self.storage
+        return Storage(self.name, self.mantissa_bits, self.max_finite, self.min_normal_exp, self.min_subnormal_exp)
 
     @property
     def exp_overflow(self) -> float:
@@ -100,6 +153,55 @@ FORMATS: dict[str, Format] = {
     ),
 }
 
+# Mixed: float32's arithmetic (every accumulation constant is float32's), values stored in
+# bfloat16 / float16. The largest relative bound: an output rounded to storage carries u_s of
+# itself, 2^-8 for bfloat16 (times SAFETY, plus the float32 analysis): 2^-4 of the case's largest.
+FORMATS["bfloat16/float32"] = replace(
+    FORMATS["float32"], name="bfloat16/float32", storage=BFLOAT16, max_relative_bound_exp=-4
+)
+FORMATS["float16/float32"] = replace(FORMATS["float32"], name="float16/float32", storage=FLOAT16)
+# float16 itself (storage = accumulation: Julia's Float16, which rounds every operation to
+# float16). Its storage rounding points (the weights before V, the outputs) are also counted by the
+# rules' own roundings: charged twice, which costs ~u per output and keeps one place for tau_s, the
+# absolute error of a rounding in float16's subnormal range, charged twice per point
+# (subnormal_roundings: the exp before the division rounds there too). Constants that differ from
+# float32's rule of thumb, and why: the resolution is 8 u (128 u would be 6%, coarser than the
+# analysis itself; every output but an exact one already carries >= 10 u in B); the underflow
+# allowance is 2^-22, four smallest subnormals (2^22 times the smallest normal would be 2^8); the
+# first-order guard is 2^-3, the second-order remainder's own limit (the softmax's eps alone is
+# >= 10 u = 2^-7.7 in float16: 2^-8 would refuse every row), so the neglected terms are up to 1/8
+# of the bound, inside SAFETY = 2 with Julia's Float16 exp (computed in Float32, then rounded:
+# within one ulp, a quarter of C_EXP); e^-18 is below half the smallest subnormal (2^-25).
+FORMATS["float16"] = Format(
+    "float16", np.float16, 11, 4, 65504.0, -14, -24, -8, -22, -3, 0, 18, FLOAT16, subnormal_roundings=2
+)
+
+
+def tier_ops(fmt: Format) -> tuple[str, ...]:
+    """The operations of a lower tier: every one at float32; the attention kernel where storage is narrower."""
+    return STORAGE_TIER_OPS if fmt.storage is not None else TIER_OPS
+
+
+def round_to(arr: np.ndarray, fmt: Storage) -> np.ndarray:
+    """``arr`` (float64) rounded to the nearest value of ``fmt``, ties to even, as float64.
+
+    Exact, and the same bytes on every CPU: only exact operations touch the values (``frexp``,
+    scaling by powers of two, ``rint``, which rounds half to even), so no rounding of NumPy's, no
+    FMA and no SIMD kernel can differ. Directly from float64 (no double rounding through float32).
+    Gradual underflow below the smallest normal; past the largest finite value, +-inf (IEEE's
+    overflow under round-to-nearest: from max + half an ulp up). NaN and +-inf are kept.
+    """
+    x = np.asarray(arr, dtype=np.float64)
+    out = x.copy()
+    fin = np.isfinite(x) & (x != 0)
+    _, e = np.frexp(x[fin])  # |x| = m 2^e, m in [0.5, 1): the ulp of p bits is 2^(e - p)
+    quantum = np.maximum(e - fmt.mantissa_bits, fmt.min_subnormal_exp)
+    rounded = np.ldexp(np.rint(np.ldexp(x[fin], -quantum)), quantum)
+    with np.errstate(over="ignore"):
+        rounded[np.abs(rounded) > fmt.max_finite] *= np.inf
+    out[fin] = rounded
+    return out
+
 
 class PrecisionError(ValueError):
     """A precision that is not one of the supported formats (the message names where it came from)."""
@@ -109,11 +211,6 @@ def get(name: str, where: str = "precision") -> Format:
     """The format named ``name``; ``where`` names the field or option in the error message."""
     if name in FORMATS:
         return FORMATS[name]
-    if name in MIXED:
-        raise PrecisionError(
-            f"{where} = {name!r}: mixed precision (storage/accumulation) is not yet supported; "
-            f"the supported precisions are {', '.join(map(repr, FORMATS))}"
-        )
     raise PrecisionError(f"{where} = {name!r} is not a precision; use one of {', '.join(map(repr, FORMATS))}")
 
 
@@ -124,12 +221,16 @@ ROOT = paths.FIXTURES / "precision"
 
 def fixtures_dir(name: str) -> Path:
     """Where a precision tier's fixtures live (the main fixtures for float64)."""
-    return paths.FIXTURES if name == DEFAULT else ROOT / name
+    if name == DEFAULT:
+        return paths.FIXTURES
+    return ROOT / (FORMATS[name].dirname if name in FORMATS else name)
 
 
 def of_fixtures(fixtures_dir: Path) -> Format:
     """The precision a fixtures folder is for: ``.../precision/<name>`` is that tier's; else float64."""
     path = Path(fixtures_dir)
-    if path.parent.name == "precision" and path.name in FORMATS:
-        return FORMATS[path.name]
+    if path.parent.name == "precision":
+        for fmt in FORMATS.values():
+            if fmt.dirname == path.name:
+                return fmt
     return FORMATS[DEFAULT]

@@ -169,6 +169,32 @@ operation, plus the propagation of its operands' errors):
   38 and 120 on those two). That is the one bound that is not derived: it takes one direction's
   amplification for every step's.
 
+**Mixed precision** (storage / accumulation, issue 17: ``"bfloat16/float32"``,
+``"float16/float32"``, attention_ports/spec/precision.py). A kernel that stores values in a
+narrow format and computes in float32 is the float32 analysis above (every constant float32's,
+``U = 2^-24``), plus its declared rounding points, each a rounding to storage precision:
+``fl_s(x) = x (1 + d) + t``, ``|d| <= u_s`` (2^-8 for bfloat16, 2^-11 for float16) and
+``|t| <= tau_s``, half the storage format's smallest subnormal (2^-25 for float16; 2^-134 for
+bfloat16, far inside UNDERFLOW). The points:
+
+* **the inputs**: none to charge, the tier's inputs are storage values (the catalogue's inputs
+  rounded to storage, exactly) and the truth is exact at them;
+* **the attention weights before the product with V** (a flash kernel's P, stored in half
+  precision for the second product): ``A^ = fl_s(A')``, so ``|A^ - A'| <= u_s |A'| + tau_s`` on
+  top of A's own error. In ``Y = A^ V`` (``weighted_values``) it meets ``|V|`` entrywise:
+  ``(u_s (A + e_A) + tau_s) |V|``, and the product's rounding and V's error see
+  ``|A^| <= (1 + u_s)(A + e_A) + tau_s``. A kernel that keeps the weights in float32 (torch's CPU
+  math kernel upcasts) has ``d = t = 0`` there: inside the allowance;
+* **every output** (``y``, ``output``, ``weights``), stored: ``e' = e + u_s (|x| + e) + tau_s``
+  (``to_storage``; the engine applies it to each output, engine._single).
+
+Everything else (scores, the softmax's sums, the products' accumulation) is float32 arithmetic,
+charged by the rules above at float32's constants. A kernel that also rounds the *scores* to
+storage precision before the softmax (a logit error of ``u_s |S|``, 0.04 at |S| = 10 in
+bfloat16) is not this tier's arithmetic: it leaves the first-order softmax rule, and would need a
+declaration of its own. ``STORAGE_U`` is None outside a mixed tier: the float64 and float32
+analyses are untouched by this paragraph.
+
 Stored bound per element::
 
     bound = SAFETY * B  +  RESOLUTION * |expected|  +  UNDERFLOW
@@ -212,6 +238,10 @@ BOUND_SIG_BITS = 8
 MAX_FIRST_ORDER = arb(2.0**-20)
 SECOND_ORDER = 9  # |softmax(S + eta)_j / A_j - 1 - (eta_j - <A, eta>)| <= 9 max|eta|^2
 NEGLIGIBLE_LOGIT = 745  # exp(-745) is below half the smallest subnormal
+# Mixed precision's rounding points to storage (module docstring, "Mixed precision"): u_s and
+# tau_s of the storage format; None outside a mixed tier (set by truth/precision.py's rules).
+STORAGE_U: arb | None = None
+STORAGE_TINY = arb(0)
 
 CONSTANTS = {
     "u": "2^-53",
@@ -323,8 +353,7 @@ def softmax_row(
     if not (big + eps < MAX_FIRST_ORDER):  # an arb comparison is True only when certain
         raise BoundError(
             f"a softmax row's first-order terms exceed 2^{_exponent(MAX_FIRST_ORDER)} "
-            f"(logit error bound {big.upper()}, "
-            f"unnormalised relative error {eps.upper()})"
+            f"(logit error bound {_short(big)}, unnormalised relative error {_short(eps)})"
         )
     second = SECOND_ORDER * big * big
     norm, rho = [], []
@@ -347,6 +376,11 @@ def softmax_row(
         "err": [a_abs[j] * rho[j] for j in range(len(a))],
         "rho": rho,
     }
+
+
+def _short(x: arb) -> str:
+    """An upper bound of x, in 4 significant digits, for a message."""
+    return f"{float(x.upper()):.4g}"
 
 
 def softmax_eps(n: int) -> arb:
@@ -413,7 +447,13 @@ def weighted_values(sm: SoftmaxErr, v_abs: arb_mat, e_v: arb_mat | None, v: arb_
     err = err + am.emul(am.bcast_cols(sm.second, v.ncols()), a_abs * v_abs + am.eabs(y))
     unnorm = am.emul(a_abs + sm.norm, am.bcast_cols(sm.eps, n_k))
     a_all = a_abs + sm.err
-    err = err + unnorm * v_abs + gamma(n_k) * (a_all * _plus(v_abs, e_v))
+    err = err + unnorm * v_abs
+    if STORAGE_U is not None:
+        # mixed precision: the weights rounded to storage before the product (module docstring)
+        to_s = STORAGE_U * a_all + _tiny_where_nonzero(a_all)
+        err = err + to_s * v_abs
+        a_all = a_all + to_s
+    err = err + gamma(n_k) * (a_all * _plus(v_abs, e_v))
     if e_v is not None:
         err = err + a_all * e_v
     return err
@@ -556,6 +596,21 @@ def sgd(p_abs: arb_mat, e_p: arb_mat | None, g_abs: arb_mat, e_g: arb_mat | None
 
 def loss(rho_y: arb, loss_abs: arb, t_y_abs: arb) -> arb:
     return rho_y + C_LOG * U * (loss_abs + t_y_abs)
+
+
+def to_storage(x_abs: arb_mat, e_x: arb_mat | None) -> arb_mat:
+    """Error of X rounded to the storage format (mixed precision): ``e + u_s (|X| + e) + tau_s``."""
+    assert STORAGE_U is not None
+    prop = _plus(x_abs, e_x)
+    err = STORAGE_U * prop + _tiny_where_nonzero(prop)
+    return err if e_x is None else err + e_x
+
+
+def _tiny_where_nonzero(m: arb_mat) -> arb_mat:
+    """tau_s where an entry may be non-zero: an exact 0 (a removed key's weight, a masked query's
+    zero output) is stored exactly, and carries no rounding."""
+    r, c = am.shape(m)
+    return am.build(r, c, [arb(0) if x == 0 else STORAGE_TINY for x in m.entries()])
 
 
 def stored(err: arb, expected_abs: arb) -> arb:

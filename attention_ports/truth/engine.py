@@ -197,9 +197,10 @@ def _single(op, inputs, options, masked_query, rows, where: str, outputs=None) -
             raise TruthError(f"{where}: outputs {worst} do not certify at {prec} bits")
         prec = min(_next_prec(prec, missing), MAX_PREC)
         values = exact.run_graph(op, inputs, options, prec=prec, track=False, masked_query=masked_query, rows=rows)
-    result = {
-        name: (arr, _bound_array(tracked[name].t.e, arr, tracked[name].shape)) for name, (arr, _) in rounded.items()
-    }
+    errs = {name: tracked[name].t.e for name in rounded}
+    if bounds.STORAGE_U is not None:  # mixed precision: every output is stored (bounds.to_storage)
+        errs = {name: bounds.to_storage(tracked[name].t.abs, e) for name, e in errs.items()}
+    result = {name: (arr, _bound_array(errs[name], arr, tracked[name].shape)) for name, (arr, _) in rounded.items()}
     return Truth(result, prec)
 
 

@@ -20,7 +20,16 @@ from attention_ports.spec.precision import Format
 from attention_ports.truth import bounds
 from attention_ports.truth import engine as truth
 
-_RULE_PARAMETERS = ("U", "C_EXP", "RESOLUTION", "UNDERFLOW", "MAX_FIRST_ORDER", "NEGLIGIBLE_LOGIT")
+_RULE_PARAMETERS = (
+    "U",
+    "C_EXP",
+    "RESOLUTION",
+    "UNDERFLOW",
+    "MAX_FIRST_ORDER",
+    "NEGLIGIBLE_LOGIT",
+    "STORAGE_U",
+    "STORAGE_TINY",
+)
 
 
 @contextlib.contextmanager
@@ -41,6 +50,9 @@ def rules(fmt: Format) -> Iterator[None]:
         bounds.UNDERFLOW = arb(2.0**fmt.underflow_exp)
         bounds.MAX_FIRST_ORDER = arb(2.0**fmt.max_first_order_exp)
         bounds.NEGLIGIBLE_LOGIT = fmt.negligible_logit
+        # mixed precision: the rounding points to storage (bounds.py, "Mixed precision")
+        bounds.STORAGE_U = arb(fmt.storage.u) if fmt.storage is not None else None
+        bounds.STORAGE_TINY = arb(fmt.storage.tiny) * fmt.subnormal_roundings if fmt.storage is not None else arb(0)
         truth._MEMO = {}
         yield
     finally:
@@ -59,4 +71,14 @@ def constants(fmt: Format) -> dict[str, Any]:
         "underflow": f"2^{fmt.underflow_exp}",
         "max_first_order": f"2^{fmt.max_first_order_exp}",
         "negligible_logit": fmt.negligible_logit,
+        **(
+            {
+                "storage": fmt.storage.name,
+                "u_storage": f"2^-{fmt.storage.mantissa_bits}",
+                "tau_storage": f"{fmt.subnormal_roundings} x 2^{fmt.storage.min_subnormal_exp - 1}",
+                "rounded_to_storage": ["inputs", "attention weights before the product with V", "outputs"],
+            }
+            if fmt.storage is not None
+            else {}
+        ),
     }

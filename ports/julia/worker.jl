@@ -17,6 +17,7 @@
 #            | 'Z' the same with i64 elements                  (integer arrays: lengths, labels)
 #            | 'K' the same with u8 elements                   (logical arrays)
 #            | 'f' f32 | 'a' the same with f32 elements         (a float32 port's arguments)
+#            | 'h' f16 | 'g' the same with f16 elements         (a float16 port's arguments)
 #            | 'T' u32 n, n x (str name, value)                (a group, e.g. params -> NamedTuple)
 #            | 'V' u32 n, n x value                            (a list -> Vector; empty: String[])
 #            | 'X' str type                                    (no wire form; declarations only)
@@ -35,6 +36,7 @@ const TAG_BOOL_ARRAY, TAG_UNSUPPORTED = UInt8('K'), UInt8('X')
 # A float32 port's values (attention_ports/precision.py): Float32 arrays and scalars, so that a
 # port generic over T<:AbstractFloat runs in Float32 from its arguments alone.
 const TAG_F32, TAG_F32_ARRAY = UInt8('f'), UInt8('a')
+const TAG_F16, TAG_F16_ARRAY = UInt8('h'), UInt8('g')  # a float16 port's, the same way
 const REQUEST_MAGIC, REPLY_MAGIC = Vector{UInt8}("APq1"), Vector{UInt8}("APr1")
 const HEADER_BYTES = 20
 
@@ -230,13 +232,15 @@ function read_value(io::IO)
     tag == TAG_NOTHING && return nothing
     tag == TAG_F64 && return ltoh(read(io, Float64))
     tag == TAG_F32 && return ltoh(read(io, Float32))
+    tag == TAG_F16 && return ltoh(read(io, Float16))
     tag == TAG_I64 && return ltoh(read(io, Int64))
     tag == TAG_BOOL && return read(io, UInt8) != 0x00
     tag == TAG_STR && return _readstr(io)
-    if tag == TAG_ARRAY || tag == TAG_INT_ARRAY || tag == TAG_BOOL_ARRAY || tag == TAG_F32_ARRAY
+    if tag in (TAG_ARRAY, TAG_INT_ARRAY, TAG_BOOL_ARRAY, TAG_F32_ARRAY, TAG_F16_ARRAY)
         nd = Int(read(io, UInt8))
         dims = Int[ltoh(read(io, Int64)) for _ in 1:nd]
-        T = tag == TAG_ARRAY ? Float64 : tag == TAG_INT_ARRAY ? Int64 : tag == TAG_F32_ARRAY ? Float32 : UInt8
+        T = tag == TAG_ARRAY ? Float64 : tag == TAG_INT_ARRAY ? Int64 : tag == TAG_F32_ARRAY ? Float32 :
+            tag == TAG_F16_ARRAY ? Float16 : UInt8
         a = Array{T}(undef, dims...)
         read!(io, a)                     # column-major: the C-order bytes of the transposed array
         return tag == TAG_BOOL_ARRAY ? a .!= 0x00 : a

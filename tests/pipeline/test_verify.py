@@ -32,7 +32,7 @@ def test_verify_precision_float32_judges_the_reference_on_the_float32_tier(tmp_p
     ("argv", "message"),
     [
         (["--precision", "half"], "--precision = 'half' is not a precision"),
-        (["--precision", "bfloat16/float32"], "mixed precision (storage/accumulation) is not yet supported"),
+        (["--precision", "bfloat16"], "--precision = 'bfloat16' is not a precision"),  # a storage format only
         (["--precision", "float32", "--random", "3"], "--precision judges the catalogue's cases"),
         (["--precision", "float32", "--tier", "scale"], "--precision judges the catalogue's cases"),
     ],

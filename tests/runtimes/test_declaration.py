@@ -125,10 +125,12 @@ def test_a_bad_declaration_is_a_load_error_naming_the_file(lang: str, tmp_path: 
         assert impl.transport.starts == 1
 
 
-@pytest.mark.parametrize("mixed", MIXED)
-def test_a_mixed_precision_declaration_is_not_yet_supported(mixed: str) -> None:
-    with pytest.raises(declaration.DeclarationError, match=r"port.jl: attention_ports.precision = .*not yet supported"):
-        declaration.parse({"precision": mixed}, "port.jl", "julia")
+@pytest.mark.parametrize("lower", [*MIXED, "float16"])
+def test_a_julia_port_may_declare_a_mixed_precision_or_float16_and_an_r_port_may_not(lower: str) -> None:
+    assert declaration.parse({"precision": lower}, "port.jl", "julia").precision == lower
+    match = r"p.R: attention_ports\$precision = .*R computes in double only"
+    with pytest.raises(declaration.DeclarationError, match=match):
+        declaration.parse({"precision": lower}, "p.R", "r")
 
 
 def test_a_precision_is_declared_or_rejected_by_field() -> None:

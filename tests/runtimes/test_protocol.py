@@ -45,6 +45,9 @@ VALUES = [
     np.zeros((0, 3)),
     np.array([3, -1, 2**40], dtype=np.int64),
     np.array([[True, False], [False, True]]),
+    np.array([[1.5, -(2.0**-24)], [65504.0, -np.inf]], dtype=np.float16),  # a float16 port's ('g')
+    np.float16(0.1),  # 'h'
+    np.array([0.1, -3.0], dtype=np.float32),  # a float32 port's ('a')
     {"w_q": np.eye(2), "b": np.ones(3)},
     ["w_f", "b_f"],
     [],

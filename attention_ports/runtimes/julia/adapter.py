@@ -312,7 +312,9 @@ class JuliaImplementation(Implementation):
 
     @property
     def storage(self) -> type:
-        return np.float32 if self.precision == "float32" else np.float64
+        # float16: Float16 arguments (Julia rounds each Float16 operation); a mixed precision's
+        # storage values travel as Float32 (exactly): the port computes in float32
+        return {"float64": np.float64, "float16": np.float16}.get(self.precision, np.float32)
 
     @property
     def last_output(self) -> str:  # type: ignore[override]
