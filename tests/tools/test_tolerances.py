@@ -11,7 +11,6 @@ import math
 import numpy as np
 import pytest
 
-from attention_ports import cli
 from attention_ports.spec.precision import FORMATS
 from attention_ports.tools import tolerances
 
