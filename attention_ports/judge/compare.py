@@ -20,8 +20,9 @@ result correctly rounded, so the errors reported are each implementation's true 
 
 **Ulps in the declared format** (issue 17, item 5): judged at a precision tier, ulps are units in
 the last place of that format (``compare(..., fmt=...)``: float32's spacing at the expected value,
-2^(e - 23) in the binade [2^e, 2^(e+1)), the smallest normal's below it), and the messages say
-"ulps of float32"; at float64 they are ``numpy.spacing``'s and the messages unchanged.
+2^(e - 23) in the binade [2^e, 2^(e+1)), the smallest normal's below it; a mixed format's storage
+format's: bfloat16's for "bfloat16/float32"), and the messages say "ulps of float32" (or of
+bfloat16, float16); at float64 they are ``numpy.spacing``'s and the messages unchanged.
 
 The message format is a contract pinned by ``tests/judge/test_compare.py``: case, output, mismatch count
 and percentage, the worst element (the finite one furthest past its own bound; else the first
@@ -72,7 +73,7 @@ class Comparison:
     @property
     def _ulps(self) -> str:
         """The unit's name in the messages: "ulps" at float64 (the contract's), else "ulps of <format>"."""
-        return "ulps" if self.ulp_format == DEFAULT else f"ulps of {self.ulp_format}"
+        return "ulps" if self.ulp_format == DEFAULT else f"ulps of {FORMATS[self.ulp_format].storage_format.name}"
 
     def _finite_summary(self) -> str:
         if not self.resolved:
@@ -203,8 +204,11 @@ def ulp_of(mag: np.ndarray, fmt: Format) -> np.ndarray:
     (``Format.ulps``, vectorised: ``frexp`` is exact, no rounding to the format)."""
     if fmt.name == DEFAULT:
         return np.spacing(mag)
-    _, e = np.frexp(np.maximum(mag, 2.0**fmt.min_normal_exp))  # mag = m 2^e, m in [0.5, 1)
-    return np.ldexp(1.0, e - fmt.mantissa_bits)
+    # A mixed format's values live in its storage format (bfloat16 of "bfloat16/float32"): the
+    # port's results are that format's numbers, so its ulps are the unit a port author reads.
+    st = fmt.storage_format
+    _, e = np.frexp(np.maximum(mag, 2.0**st.min_normal_exp))  # mag = m 2^e, m in [0.5, 1)
+    return np.ldexp(1.0, e - st.mantissa_bits)
 
 
 def compare(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray, fmt: Format | None = None) -> Comparison:

@@ -232,3 +232,11 @@ def test_judged_at_float32_errors_are_counted_in_float32s_ulps() -> None:
     assert compare(expected, actual, np.array([2.0**-23, 1e-7])).max_ulp_err == 3 * 2.0**29  # float64's
     # below the smallest normal, the smallest normal's spacing (Format.ulps)
     assert ulp_of(np.array([1e-40]), f32)[0] == 2.0**-149 == 1 / f32.ulps(1.0, 1e-40)
+
+
+def test_judged_at_a_mixed_tier_errors_are_counted_in_the_storage_formats_ulps() -> None:
+    # a bfloat16/float32 port's results are bfloat16 numbers: 2^-7 apart at 1, so 2^-6 is 2 ulps
+    mixed = FORMATS["bfloat16/float32"]
+    c = compare(np.array([1.0]), np.array([1.0 + 2.0**-6]), np.array([2.0**-8]), mixed)
+    assert c.max_ulp_err == 2.0 and "2 ulps of bfloat16" in c.describe("c", "o")
+    assert ulp_of(np.array([1.0, 65504.0]), FORMATS["float16/float32"]).tolist() == [2.0**-10, 32.0]
