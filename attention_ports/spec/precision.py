@@ -51,7 +51,6 @@ TIER_OPS = (
 STORAGE_TIER_OPS = ("softmax", "scaled_dot_product_attention")
 
 
-
 @dataclass(frozen=True)
 class Storage:
     """The format a mixed-precision kernel stores values in (its arithmetic is its Format's)."""
