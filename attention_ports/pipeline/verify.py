@@ -327,7 +327,7 @@ class RandomSource(CaseSource):
                 "operations": self._ops(),
                 "profile": self._profile(),
                 "runs": {r.impl: _run_tally(r) for r in self.runs},
-            }
+            },
         }
 
     def _profile(self) -> str:
