@@ -556,6 +556,8 @@ def scale_results(result: Any) -> list[CaseResult]:
                 "worker_peak_rss_bytes": run.worker_peak_rss,
             }
             repro = f"attention-ports verify --tier scale --impl {impl} --case {case.id}"
+            if getattr(result, "precision", formats.DEFAULT) != formats.DEFAULT:
+                repro += f" --precision {result.precision}"
             out.append(CaseResult(impl, case.id, ops[case.id], outputs, run.seconds, repro=repro, extra=extra))
     return out
 
