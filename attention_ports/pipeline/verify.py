@@ -463,10 +463,7 @@ class ScaleSource(CaseSource):
                 harness_peak_rss_bytes=r.harness_peak_rss,
                 describe=r.describe,
             )
-        if self.precision is not None:
-            out["precision"] = self.precision
-            return {"precision": self.precision, "scale": out}
-        return {"scale": out}
+        return {**({} if self.precision is None else {"precision": self.precision}), "scale": out}
 
     def run(self, sel: Selection, only: list[str] | None, stop: threading.Event) -> list[CaseResult]:
         if only == []:
