@@ -31,7 +31,8 @@ from attention_ports.fixtures.store import CATALOGUE, Case, Expected, generate
 from attention_ports.judge.results import FAILING, CaseResult, OutputResult
 from attention_ports.judge.runner import in_ci, judge
 from attention_ports.runtimes.impl import Implementation
-from attention_ports.spec import conventions
+from attention_ports.spec import conventions, precision
+from attention_ports.spec.precision import Format
 from attention_ports.spec.strategies import Drawn
 from attention_ports.tools import coverage
 from attention_ports.truth import engine as truth
@@ -77,8 +78,41 @@ def case_id(drawn: Drawn) -> str:
     return f"random_{drawn.op}_{digest[:10]}"
 
 
-def make_case(drawn: Drawn) -> Case:
-    """The drawn case with its exact expected outputs and bounds, as a fixture case would hold them."""
+class NotApplicable(ValueError):
+    """A drawn case that cannot be judged in the run's precision (the message says why): its values
+    leave the format's range, its rounding leaves the error analysis's first-order regime, or its
+    bounds pass the tier's limit (the fixture tier's rules, attention_ports/fixtures/precision.py)."""
+
+
+def make_case(drawn: Drawn, fmt: Format | None = None) -> Case:
+    """The drawn case with its exact expected outputs and bounds, as a fixture case would hold them.
+
+    ``fmt`` (a precision tier, issue 17): the inputs and real scalar options rounded to it (the
+    truth is exact at what a ``fmt`` implementation is given), the bounds from the same rules at
+    its constants (``truth.precision.rules``), and :class:`NotApplicable` where the fixture tier
+    would list the case as not applicable."""
+    if fmt is None or fmt.name == precision.DEFAULT:
+        return _make_case(drawn)
+    from attention_ports.fixtures import precision as tier
+    from attention_ports.truth.precision import rules
+
+    reason = tier.out_of_range(drawn.op, drawn.options, drawn.inputs, fmt)
+    if reason:
+        raise NotApplicable(reason)
+    rounded = Drawn(drawn.op, tier.round_inputs(drawn.inputs, fmt), tier.round_options(drawn.options, fmt))
+    with rules(fmt):
+        try:
+            case = _make_case(rounded)
+        except BoundError as exc:
+            raise NotApplicable(tier.leaves_first_order(fmt, exc)) from None
+    for outputs in [case.expected, *case.conventions.values()]:
+        reason = tier.after_truth(case.id, {n: (e.array, e.bound) for n, e in outputs.items()}, fmt)
+        if reason:
+            raise NotApplicable(reason)
+    return replace(case, reason=f"{case.reason}, rounded to {fmt.name}", precision=fmt.name)
+
+
+def _make_case(drawn: Drawn) -> Case:
     cid = case_id(drawn)
 
     def outputs(convention: str) -> dict[str, Expected]:
@@ -144,6 +178,12 @@ class RandomRun:
     # first one kept, so a limitation of the engine is reported, never taken for a port's fault.
     uncertified: int = 0
     first_uncertified: str = ""
+    # The precision judged in (issue 17): at a lower tier, drawn cases its rules make not applicable
+    # (NotApplicable: out of the format's range, past its first-order guard or its bound limit) are
+    # not judged either, counted apart with the first reason.
+    precision: str = precision.DEFAULT
+    not_applicable: int = 0
+    first_not_applicable: str = ""
     by_op: Counter[str] = field(default_factory=Counter)
     features: dict[str, Counter[str]] = field(default_factory=dict)  # op -> coverage feature -> cases
     failures: list[Failure] = field(default_factory=list)  # at most one per operation, each shrunk
@@ -174,8 +214,11 @@ class RandomRun:
         extra = f", {self.missing} missing (operation not implemented)" if self.missing else ""
         if self.uncertified:
             extra += f", {self.uncertified} drawn case(s) the truth engine could not certify (not judged)"
+        if self.not_applicable:
+            extra += f", {self.not_applicable} drawn case(s) not applicable at {self.precision} (not judged)"
+        at = "" if self.precision == precision.DEFAULT else f" at {self.precision}"
         return (
-            f"{self.impl}: {self.examples} generated cases, {verdict}{extra} ({ops}) "
+            f"{self.impl}: {self.examples} generated cases{at}, {verdict}{extra} ({ops}) "
             f"in {self.seconds:.1f} s, seed {self.seed}"
         )
 
@@ -188,6 +231,15 @@ class RandomRun:
             "missing": self.missing,
             "uncertified": self.uncertified,
             "first_uncertified": self.first_uncertified,
+            **(
+                {}
+                if self.precision == precision.DEFAULT
+                else {
+                    "precision": self.precision,
+                    "not_applicable": self.not_applicable,
+                    "first_not_applicable": self.first_not_applicable,
+                }
+            ),
             "ok": self.ok,
             "by_operation": dict(self.by_op),
             "command": self.command,
@@ -208,8 +260,12 @@ class _Disagrees(AssertionError):
     """Raised inside the property so that hypothesis shrinks the case."""
 
 
-def random_command(impl: str, examples: int, seed: int, port: Path | None, operations: list[str] | None) -> str:
+def random_command(
+    impl: str, examples: int, seed: int, port: Path | None, operations: list[str] | None, fmt: str = precision.DEFAULT
+) -> str:
     parts = ["attention-ports verify", f"--random {examples}", f"--seed {seed}", f"--impl {impl}"]
+    if fmt != precision.DEFAULT:
+        parts.append(f"--precision {fmt}")
     if port is not None:
         parts.append(f"--port {impl}={port}")
     parts += [f"--op {op}" for op in operations or ()]
@@ -244,26 +300,35 @@ def run_random(
     port: Path | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     only: Collection[str] | None = None,
+    fmt: Format | None = None,
 ) -> RandomRun:
     """``examples`` generated cases on ``impl``, shared evenly over the operations; each operation is
     its own hypothesis search from ``seed``, so a failure in one is shrunk to its minimal case and the
     others still run. ``only``: run just these operations' searches (a shard), each with the quota
-    it has in the whole run, so that the shards together draw exactly the whole run's cases."""
+    it has in the whole run, so that the shards together draw exactly the whole run's cases.
+    ``fmt``: the precision judged in (default float64; ``make_case``), ``impl`` running in it."""
+    fmt = fmt or precision.FORMATS[precision.DEFAULT]
     ops = offered_operations(impl, operations)
-    run = RandomRun(impl_name, seed, examples, ops, random_command(impl_name, examples, seed, port, operations))
+    command = random_command(impl_name, examples, seed, port, operations, fmt.name)
+    run = RandomRun(impl_name, seed, examples, ops, command, precision=fmt.name)
     if only is not None:
         run.requested = sum(q for op, q in quotas(examples, ops).items() if op in only) if ops else 0
     start = time.perf_counter()
     with np.errstate(all="ignore"):  # the coverage tally recomputes huge logits in float64
         for op, quota in quotas(examples, ops).items() if ops else ():
             if quota and (only is None or op in only):
-                _search(run, op, quota, impl, progress)
+                _search(run, op, quota, impl, progress, fmt)
     run.seconds = time.perf_counter() - start
     return run
 
 
 def _search(
-    run: RandomRun, op: str, quota: int, impl: Implementation, progress: Callable[[str, int, int], None] | None
+    run: RandomRun,
+    op: str,
+    quota: int,
+    impl: Implementation,
+    progress: Callable[[str, int, int], None] | None,
+    fmt: Format,
 ) -> None:
     """One operation's hypothesis search; its minimal failing case, if any, joins ``run.failures``."""
     from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
@@ -290,7 +355,12 @@ def _search(
     def check(drawn: Drawn) -> None:
         nonlocal seen_failure
         try:
-            case = make_case(drawn)
+            case = make_case(drawn, fmt)
+        except NotApplicable as exc:
+            if not seen_failure:
+                run.not_applicable += 1
+                run.first_not_applicable = run.first_not_applicable or f"{exc}: {drawn.describe()}"
+            reject()  # as an uncertified draw: drawn again, neither an example nor a failure
         except (truth.TruthError, BoundError) as exc:
             if not seen_failure:
                 run.uncertified += 1

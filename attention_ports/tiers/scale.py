@@ -32,6 +32,12 @@ next starts, so only one runtime's memory is held at a time. Before a call the f
 checked against ``MEMORY_FACTOR`` times its weights' size; a call that would not fit is skipped
 and reported (the run then does not agree).
 
+**At a precision tier** (``verify --tier scale --precision float32``, issue 17): the inputs and
+real options rounded to the format (as the fixture tier's, attention_ports/fixtures/precision.py),
+the sampled rows' truth certified under ``truth.precision.rules(fmt)``, the every-row bounds at the
+format's constants (``scale_bounds.compute(fmt=...)``), the built-ins run in it
+(attention_ports/runtimes/precision.py) and errors counted in its ulps. Cached apart from float64's.
+
 Reported per implementation and case: the verdicts, the worst error over bound on the sampled
 rows and between implementations, the call's wall time and the port's own time (R, Julia), the
 peak resident memory of the process that ran it and of its worker; and the harness's own time
@@ -50,7 +56,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -58,7 +64,9 @@ from typing import Any
 import numpy as np
 
 from attention_ports.core import paths
+from attention_ports.spec import precision
 from attention_ports.spec.catalogue import CaseSpec, build_inputs, load_catalogue
+from attention_ports.spec.precision import Format
 from attention_ports.truth import scale_bounds
 
 CATALOGUE = paths.FIXTURES / "scale.toml"
@@ -133,11 +141,24 @@ def _truth_code() -> str:
     return h.hexdigest()
 
 
-def _truth_key(case: CaseSpec, inputs: Mapping[str, np.ndarray], rows: list[int]) -> str:
+def _truth_key(case: CaseSpec, inputs: Mapping[str, np.ndarray], rows: list[int], fmt: str = precision.DEFAULT) -> str:
     from attention_ports.truth import engine as truth
 
     head = f"{WEIGHT_ROWS}:" + truth.cache_key(case.op, inputs, case.options, "zeros", rows) + _truth_code()
+    if fmt != precision.DEFAULT:  # a tier's bounds differ at the same inputs; float64's keys unchanged
+        head += f":{fmt}"
     return hashlib.sha256(head.encode()).hexdigest()[:32]
+
+
+def in_format(case: CaseSpec, fmt: str = precision.DEFAULT) -> tuple[CaseSpec, dict[str, np.ndarray]]:
+    """The case (its real options) and its inputs as judged in ``fmt``: rounded to it at a lower tier."""
+    inputs = build_inputs(case)
+    if fmt == precision.DEFAULT:
+        return case, inputs
+    from attention_ports.fixtures.precision import round_inputs, round_options
+
+    f = precision.FORMATS[fmt]
+    return replace(case, options=round_options(case.options, f)), round_inputs(inputs, f)
 
 
 def exact_truth(case: CaseSpec, inputs: Mapping[str, np.ndarray], rows: list[int]) -> Truth:
@@ -207,11 +228,11 @@ def _scale_timeouts() -> Iterator[None]:
 
 
 def every_row_bounds(
-    case: CaseSpec, inputs: Mapping[str, np.ndarray], rows: list[int], use_cache: bool
+    case: CaseSpec, inputs: Mapping[str, np.ndarray], rows: list[int], use_cache: bool, fmt: str = precision.DEFAULT
 ) -> tuple[scale_bounds.Bounds, bool]:
     """scale_bounds.compute for one case, cached beside the truth (keyed by the truth's key and the
     bound code's own bytes: ~50 s of matrix products per case at L = 16384). (bounds, cached)."""
-    h = hashlib.sha256(_truth_key(case, inputs, rows).encode())
+    h = hashlib.sha256(_truth_key(case, inputs, rows, fmt).encode())
     h.update(Path(scale_bounds.__file__).read_bytes())
     folder = cache_dir() / f"bounds-{h.hexdigest()[:32]}"
     if use_cache:
@@ -219,7 +240,7 @@ def every_row_bounds(
         if found is not None:
             weights = found.pop("weights", None)
             return scale_bounds.Bounds({n: b for n, (_, b) in found.items()}, weights), True
-    computed = scale_bounds.compute(case.op, inputs, case.options, rows=rows)
+    computed = scale_bounds.compute(case.op, inputs, case.options, rows=rows, fmt=precision.FORMATS[fmt])
     store = {n: (np.zeros(0), b) for n, b in computed.full.items()}
     if computed.weights is not None:
         store["weights"] = computed.weights
@@ -227,29 +248,40 @@ def every_row_bounds(
     return computed, False
 
 
-def _truth_job(case_id: str, catalogue: str, use_cache: bool, n_rows: int) -> tuple[str, float, bool]:
+def _truth_job(
+    case_id: str, catalogue: str, use_cache: bool, n_rows: int, fmt: str = precision.DEFAULT
+) -> tuple[str, float, bool]:
     """Compute (or find) one case's sampled-row truth; in a pool process. (id, seconds, cached)."""
+    from attention_ports.truth.precision import rules
+
     case = next(c for c in load_catalogue(Path(catalogue), MAX_INPUT_ELEMENTS).cases if c.id == case_id)
-    inputs = build_inputs(case)
     rows = sample_rows(case, n_rows)
-    folder = cache_dir() / _truth_key(case, inputs, rows)
+    case, inputs = in_format(case, fmt)
+    folder = cache_dir() / _truth_key(case, inputs, rows, fmt)
     if use_cache and _read_cached(folder) is not None:
         return case_id, 0.0, True
     start = time.perf_counter()
-    result = exact_truth(case, inputs, rows)
+    with rules(precision.FORMATS[fmt]) if fmt != precision.DEFAULT else contextlib.nullcontext():
+        result = exact_truth(case, inputs, rows)
     _write_cached(folder, result)
     return case_id, time.perf_counter() - start, False
 
 
 def prepare_truth(
-    cases: list[CaseSpec], catalogue: Path, use_cache: bool, workers: int, say: Callable[[str], None], n_rows: int
+    cases: list[CaseSpec],
+    catalogue: Path,
+    use_cache: bool,
+    workers: int,
+    say: Callable[[str], None],
+    n_rows: int,
+    fmt: str = precision.DEFAULT,
 ) -> dict[str, float]:
     """Every case's sampled-row truth into the cache; {case: seconds spent computing it}."""
     seconds: dict[str, float] = {}
     # the longest first (cost ~ L x heads), so that two workers finish together
     todo = [c.id for c in sorted(cases, key=lambda c: -length(c) * int(c.options.get("num_heads") or 1))]
     with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(_truth_job, cid, str(catalogue), use_cache, n_rows) for cid in todo]
+        futures = [pool.submit(_truth_job, cid, str(catalogue), use_cache, n_rows, fmt) for cid in todo]
         for fut in as_completed(futures):
             cid, secs, cached = fut.result()
             seconds[cid] = secs
@@ -257,8 +289,10 @@ def prepare_truth(
     return seconds
 
 
-def load_truth(case: CaseSpec, inputs: Mapping[str, np.ndarray], rows: list[int]) -> Truth:
-    folder = cache_dir() / _truth_key(case, inputs, rows)
+def load_truth(
+    case: CaseSpec, inputs: Mapping[str, np.ndarray], rows: list[int], fmt: str = precision.DEFAULT
+) -> Truth:
+    folder = cache_dir() / _truth_key(case, inputs, rows, fmt)
     found = _read_cached(folder)
     if found is None:
         raise RuntimeError(f"scale case {case.id!r}: its truth is missing from {folder}")
@@ -407,7 +441,7 @@ class Verdict:
 
 
 def judge_rows(
-    run: Run, truth: Truth, rows: list[int], estimate: tuple[np.ndarray, np.ndarray] | None
+    run: Run, truth: Truth, rows: list[int], estimate: tuple[np.ndarray, np.ndarray] | None, fmt: Format | None = None
 ) -> tuple[bool, float | None, list[str]]:
     """The sampled rows: every output against its exact values (the weights on ``weight_rows``),
     and the weights on every sampled row against this harness's own float64 weights within 2B."""
@@ -437,7 +471,7 @@ def judge_rows(
             ok = False
             msgs.append(f"case {run.case!r}, output {name!r}: not returned")
             continue
-        cmp = compare(expected, actual, bound)
+        cmp = compare(expected, actual, bound, fmt)  # ulps of the judged format
         if cmp.max_err_over_bound is not None and cmp.expected_shape == cmp.actual_shape:
             worst = max(worst or 0.0, cmp.max_err_over_bound)
         if not cmp.ok:
@@ -446,7 +480,9 @@ def judge_rows(
     return ok, worst, msgs
 
 
-def judge_pairs(runs: list[Run], bounds: Mapping[str, np.ndarray]) -> dict[tuple[str, str], tuple[bool, float, str]]:
+def judge_pairs(
+    runs: list[Run], bounds: Mapping[str, np.ndarray], fmt: Format | None = None
+) -> dict[tuple[str, str], tuple[bool, float, str]]:
     """{(X, Y): (agree, worst |X - Y| / 2B, first difference)} over every every-row output."""
     from attention_ports.judge.compare import compare
 
@@ -459,7 +495,7 @@ def judge_pairs(runs: list[Run], bounds: Mapping[str, np.ndarray]) -> dict[tuple
                     agree = False
                     first = first or f"case {a.case!r}, output {name!r}: not returned by both {a.impl} and {b.impl}"
                     continue
-                cmp = compare(a.full[name], b.full[name], 2 * bound)
+                cmp = compare(a.full[name], b.full[name], 2 * bound, fmt)
                 if cmp.max_err_over_bound is not None:
                     worst = max(worst, cmp.max_err_over_bound)
                 if not cmp.ok:
@@ -470,17 +506,22 @@ def judge_pairs(runs: list[Run], bounds: Mapping[str, np.ndarray]) -> dict[tuple
 
 
 def verdicts_for_case(
-    case: CaseSpec, runs: list[Run], truth: Truth, rows: list[int], bounds: scale_bounds.Bounds
+    case: CaseSpec,
+    runs: list[Run],
+    truth: Truth,
+    rows: list[int],
+    bounds: scale_bounds.Bounds,
+    fmt: Format | None = None,
 ) -> list[Verdict]:
     done = [r for r in runs if r.status == "ok"]
-    pairs = judge_pairs(done, bounds.full)
+    pairs = judge_pairs(done, bounds.full, fmt)
     result = []
     for run in runs:
         if run.status != "ok":
             status = "fail" if run.status == "skipped" else run.status
             result.append(Verdict(run.impl, case.id, status, messages=[f"case {case.id!r}: {run.message}"]))
             continue
-        ok, worst_rows, msgs = judge_rows(run, truth, rows, bounds.weights)
+        ok, worst_rows, msgs = judge_rows(run, truth, rows, bounds.weights, fmt)
         others = [r for r in done if r is not run]
         against = [pairs[(run.impl, o.impl)] for o in others]
         disagree = [o.impl for o, p in zip(others, against, strict=True) if not p[0]]
@@ -511,6 +552,7 @@ class Report:
     describe: dict[str, str]
     harness_peak_rss: int | None
     n_rows: int = ROWS
+    precision: str = precision.DEFAULT  # the format judged in
 
     def as_json(self) -> dict[str, Any]:
         def runs(name: str) -> list[dict[str, Any]]:
@@ -530,6 +572,7 @@ class Report:
 
         return {
             "tier": "scale",
+            **({} if self.precision == precision.DEFAULT else {"precision": self.precision}),
             "rows_per_case": self.n_rows,
             "wall_seconds": self.wall_seconds,
             "truth_seconds": self.truth_seconds,
@@ -573,28 +616,34 @@ def run_tier(
     catalogue: Path = CATALOGUE,
     required: set[str] | None = None,
     n_rows: int = ROWS,
+    fmt: Format | None = None,
 ) -> Report:
+    from attention_ports.runtimes import precision as in_precision
     from attention_ports.runtimes import registry
     from attention_ports.runtimes.impl import ImplementationUnavailable
     from attention_ports.tools.bench import peak_rss
 
     ports = dict(ports or {})
     required = required or set()
+    fmt = fmt or precision.FORMATS[precision.DEFAULT]
     start = time.perf_counter()
     cases = load_cases(case_globs, catalogue)
-    truth_seconds = prepare_truth(cases, catalogue, use_cache, workers, say, n_rows)
+    truth_seconds = prepare_truth(cases, catalogue, use_cache, workers, say, n_rows, fmt.name)
     bounds: dict[str, scale_bounds.Bounds] = {}
     bound_seconds: dict[str, float] = {}
     truths: dict[str, Truth] = {}
     rows: dict[str, list[int]] = {}
-    for case in cases:
-        inputs = build_inputs(case)
+    for spec in cases:
+        case, inputs = in_format(spec, fmt.name)
         rows[case.id] = sample_rows(case, n_rows)
-        truths[case.id] = load_truth(case, inputs, rows[case.id])
+        truths[case.id] = load_truth(case, inputs, rows[case.id], fmt.name)
         t = time.perf_counter()
-        bounds[case.id], cached = every_row_bounds(case, inputs, rows[case.id], use_cache)
+        bounds[case.id], cached = every_row_bounds(case, inputs, rows[case.id], use_cache, fmt.name)
         bound_seconds[case.id] = 0.0 if cached else time.perf_counter() - t
-        say(f"bounds {case.id}: " + ("cached" if cached else f"{bound_seconds[case.id]:.1f} s (every row, float64)"))
+        at = "" if fmt.name == precision.DEFAULT else f", {fmt.name}'s rules"
+        say(
+            f"bounds {case.id}: " + ("cached" if cached else f"{bound_seconds[case.id]:.1f} s (every row, float64{at})")
+        )
         del inputs
     harness_peak = peak_rss()
     runs: dict[str, list[Run]] = {}
@@ -603,7 +652,7 @@ def run_tier(
         runs[name] = []
         try:
             with _scale_timeouts():
-                impl = registry.create(name, ports.get(name))
+                impl = in_precision.create(name, ports.get(name), fmt.name) or registry.create(name, ports.get(name))
         except ImplementationUnavailable as exc:
             status = "error" if name in required else "unavailable"
             runs[name] = [Run(name, c.id, status, f"{name} unavailable: {exc}") for c in cases]
@@ -611,8 +660,8 @@ def run_tier(
             continue
         try:
             describe[name] = impl.describe()
-            for case in cases:
-                inputs = build_inputs(case)
+            for spec in cases:
+                case, inputs = in_format(spec, fmt.name)
                 run = run_case(name, impl, case, inputs, rows[case.id])
                 del inputs
                 runs[name].append(run)
@@ -623,10 +672,10 @@ def run_tier(
     verdicts = []
     for i, case in enumerate(cases):
         verdicts += verdicts_for_case(
-            case, [runs[n][i] for n in impl_names], truths[case.id], rows[case.id], bounds[case.id]
+            case, [runs[n][i] for n in impl_names], truths[case.id], rows[case.id], bounds[case.id], fmt
         )
     wall = time.perf_counter() - start
-    return Report(cases, runs, verdicts, truth_seconds, bound_seconds, wall, describe, harness_peak, n_rows)
+    return Report(cases, runs, verdicts, truth_seconds, bound_seconds, wall, describe, harness_peak, n_rows, fmt.name)
 
 
 # --- presentation -------------------------------------------------------------------------------------
@@ -637,8 +686,9 @@ def _gib(b: int | None) -> str:
 def render(report: Report) -> str:
     names = list(report.runs)
     by = {(v.impl, v.case): v for v in report.verdicts}
+    at = "" if report.precision == precision.DEFAULT else f" at {report.precision}"
     lines = [
-        f"scale tier: {len(report.cases)} cases, {report.n_rows} exact rows each; every row compared between "
+        f"scale tier{at}: {len(report.cases)} cases, {report.n_rows} exact rows each; every row compared between "
         "implementations",
         "",
         "| case |" + "".join(f" {n} |" for n in names),

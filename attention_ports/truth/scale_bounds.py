@@ -29,6 +29,16 @@ for every operation.
 
 Supported: scaled_dot_product_attention, self_attention and multi_head_attention with exact
 float64 inputs, boolean or 0/-inf masks, the "zeros" convention for a query with no key.
+
+**At a precision tier** (issue 17): ``compute(..., fmt=...)`` evaluates the rules at the format's
+constants (:class:`Rules`, from ``spec.precision.Format``: u, C_EXP, resolution, underflow, the
+first-order guard, the negligible logit), as ``truth.precision.rules`` does for the arb analysis.
+Two roundoffs are then apart: the rules' (the implementation's arithmetic: ``rules.u``) and this
+module's own float64 evaluation (``U``: the magnitudes' and the bound's own rounding, ``INFLATE``).
+The magnitude argument above still holds: the float64 estimates' errors are within float64's
+bounds, which are within the format's (every term is linear or convex in u), and float64's guard
+follows from the format's (its logit error bound is at most u64/u times the format's, 2^-37 for
+float32's 2^-8), so ``A_UP`` and the 2^-17 of the log-sum-exp stand. float64's bounds are unchanged.
 """
 
 from __future__ import annotations
@@ -40,9 +50,10 @@ from typing import Any
 
 import numpy as np
 
+from attention_ports.spec.precision import DEFAULT, FORMATS, Format
 from attention_ports.truth import bounds
 
-U = 2.0**-53
+U = 2.0**-53  # this module's own float64 evaluation (and float64's rules: Rules.of below)
 C_EXP, C_SHIFT, C_DIV = bounds.C_EXP, bounds.C_SHIFT, bounds.C_DIV
 C_IN, C_LSE = bounds.C_IN, bounds.C_LSE
 SAFETY = float(bounds.SAFETY)
@@ -64,8 +75,37 @@ class ScaleBoundError(ValueError):
     """The first-order analysis does not apply (as bounds.BoundError), naming the operation."""
 
 
-def gamma(n: int) -> float:
-    return n * U / (1 - n * U)
+@dataclass(frozen=True)
+class Rules:
+    """The analysis's parameters for one format (float64's: the module constants above)."""
+
+    u: float
+    c_exp: int
+    resolution: float
+    underflow: float
+    max_first_order: float
+    negligible_logit: int
+    guard: str  # the guard as the message names it, "2^-20"
+
+    @classmethod
+    def of(cls, fmt: Format) -> Rules:
+        return cls(
+            fmt.u,
+            fmt.c_exp,
+            2.0**fmt.resolution_exp,
+            2.0**fmt.underflow_exp,
+            2.0**fmt.max_first_order_exp,
+            fmt.negligible_logit,
+            f"2^{fmt.max_first_order_exp}",
+        )
+
+
+FLOAT64 = Rules(U, C_EXP, RESOLUTION, UNDERFLOW, MAX_FIRST_ORDER, NEGLIGIBLE_LOGIT, "2^-20")
+assert FLOAT64 == Rules.of(FORMATS[DEFAULT])  # the module constants are float64's row of the table
+
+
+def gamma(n: int, u: float = U) -> float:
+    return n * u / (1 - n * u)
 
 
 @dataclass
@@ -80,11 +120,11 @@ class Est:
         a = np.abs(self.value)
         return a if self.e is None else a + SAFETY * self.e
 
-    def stored(self) -> np.ndarray:
+    def stored(self, rules: Rules = FLOAT64) -> np.ndarray:
         """The stored-form bound, certified upward and rounded up to the fixtures' 8 significant
         bits, so that on any row it is at least the bound ``truth.compute`` gives that row."""
         e = self.e if self.e is not None else np.zeros_like(self.value)
-        return round_up((SAFETY * e + RESOLUTION * self.abs_up() + UNDERFLOW) * INFLATE)
+        return round_up((SAFETY * e + rules.resolution * self.abs_up() + rules.underflow) * INFLATE)
 
 
 def round_up(x: np.ndarray, bits: int = bounds.BOUND_SIG_BITS) -> np.ndarray:
@@ -97,7 +137,7 @@ def _plus(a: np.ndarray, e: np.ndarray | None) -> np.ndarray:
     return a if e is None else a + e
 
 
-def affine(x: Est, w: np.ndarray, b: np.ndarray | None) -> Est:
+def affine(x: Est, w: np.ndarray, b: np.ndarray | None, rules: Rules = FLOAT64) -> Est:
     """``x W (+ b)`` with exact weights: bounds.affine with e_W = e_b = None."""
     k = x.value.shape[1]
     value = x.value @ w
@@ -106,7 +146,7 @@ def affine(x: Est, w: np.ndarray, b: np.ndarray | None) -> Est:
     if b is not None:
         value = value + b
         base = base + np.abs(b)
-    e = gamma(k + (b is not None)) * base
+    e = gamma(k + (b is not None), rules.u) * base
     if x.e is not None:
         e = e + x.e @ w_abs
     return Est(value, e)
@@ -119,18 +159,27 @@ def _blocks(n_q: int, n_k: int) -> Iterator[slice]:
 
 
 def attention(
-    q: Est, k: Est, v: Est, scale: float, keep: np.ndarray | None, where: str, rows: list[int] | None = None
+    q: Est,
+    k: Est,
+    v: Est,
+    scale: float,
+    keep: np.ndarray | None,
+    where: str,
+    rows: list[int] | None = None,
+    rules: Rules = FLOAT64,
 ) -> tuple[Est, Est | None]:
     """``softmax(scale q k^T + mask) v`` with its error bound (exact.Graph.attention's rules:
     bounds.matmul and exact.Graph.scores, bounds.softmax_row, bounds.weighted_values), block by
     block of query rows; a query with no key gets 0 (the "zeros" convention). With ``rows``, also
-    the weights of those query rows (the rest are never kept).
+    the weights of those query rows (the rest are never kept). ``rules``: the format's parameters
+    (``u`` the implementation's roundoff; ``U`` stays this evaluation's own).
 
     One rule is evaluated in a bounded form on large blocks: see :func:`_spread`."""
+    u, c_exp = rules.u, rules.c_exp
     n_q, d_k = q.value.shape
     n_k = k.value.shape[0]
     s_up = abs(scale) * (1 + 4 * U)  # the scale as a ball's upper end (1/sqrt(d) is not a double)
-    g_scores, g_out = gamma(d_k + bounds.SCORE_EXTRA), gamma(n_k)
+    g_scores, g_out = gamma(d_k + bounds.SCORE_EXTRA, u), gamma(n_k, u)
     k_up = _plus(k.abs_up(), k.e)  # |k| + e_k
     # exact.Graph.scores: q's error meets |k - c| (c: each column's midrange; a part common to a
     # row's logits cancels in the softmax); the exact k's distance to this c is at most |k^ - c| +
@@ -178,23 +227,32 @@ def attention(
         # within max e_S of the exact maximum, and log(total^) within 2^-17 of log(total) (total^'s
         # relative error is below 2 (M + eps) < 2^-19 once the 2^-20 check below passes)
         s_up = np.where(kept, np.abs(s_hat) * (1 + 2 * U) + SAFETY * e_s, 0.0)
-        eta = np.where(kept, e_s + C_SHIFT * U * t_up + C_IN * U * s_up + C_EXP * U, 0.0)
+        eta = np.where(kept, e_s + C_SHIFT * u * t_up + C_IN * u * s_up + c_exp * u, 0.0)
         del e_s, s_up, s_hat, t_hat
         n = kept.sum(axis=1)
         with np.errstate(divide="ignore"):
             lse = np.where(alive[:, None], np.abs(peak + np.log(total)), 0.0)
         lse_up = (lse + SAFETY * e_s_max + 2.0**-17) * (1 + 4 * U)
-        eps = (gamma_vec(n) + C_DIV * U + 2 * C_EXP * U + (C_EXP + 1) * U * np.log(np.maximum(n, 1)))[:, None]
-        eps = eps + C_LSE * U * lse_up
-        live = kept & ~(t_up - eta > NEGLIGIBLE_LOGIT)
+        eps = (gamma_vec(n, u) + C_DIV * u + 2 * c_exp * u + (c_exp + 1) * u * np.log(np.maximum(n, 1)))[:, None]
+        eps = eps + C_LSE * u * lse_up
+        live = kept & ~(t_up - eta > rules.negligible_logit)
         big = np.where(live, eta, 0.0).max(axis=1, keepdims=True)
-        if np.any(big + eps >= MAX_FIRST_ORDER):
-            raise ScaleBoundError(f"{where}: a softmax row's logit error bound exceeds 2^-20")
+        if np.any(big + eps >= rules.max_first_order):
+            raise ScaleBoundError(f"{where}: a softmax row's logit error bound exceeds {rules.guard}")
+        if rules != FLOAT64:
+            # This evaluation's own float64 weights and log-sum-exp (A_UP, the 2^-17 above) rest on
+            # float64's guard, over float64's live logits: its terms are at most U/u times these
+            # (linear or convex in u), so this bounds them.
+            ratio = U / u
+            live64 = kept & ~(t_up - eta * ratio > NEGLIGIBLE_LOGIT)
+            big64 = np.where(live64, eta, 0.0).max(axis=1, keepdims=True) * ratio
+            if np.any(big64 + eps * ratio >= MAX_FIRST_ORDER):
+                raise ScaleBoundError(f"{where}: the float64 evaluation's own logit error bound exceeds 2^-20")
         second = 9 * big * big
         a_eta = a_up * eta
         mean = a_eta.sum(axis=1, keepdims=True)
         # |1 - A_j| eta_j + sum_{l != j} A_l eta_l + R (the subtraction's own rounding: u mean)
-        r = np.maximum(1 - a_lo, 0.0) * eta + np.maximum(mean - a_eta, 0.0) + U * mean + second
+        r = np.maximum(1 - a_lo, 0.0) * eta + np.maximum(mean - a_eta, 0.0) + u * mean + second
         norm = a_up * r
         e_a = np.where(kept, a_up * (r + (1 + r) * eps), 0.0)
         del t_up, r
@@ -266,8 +324,8 @@ class Centred:
         return cls(centres, distances)
 
 
-def gamma_vec(n: np.ndarray) -> np.ndarray:
-    return n * U / (1 - n * U)
+def gamma_vec(n: np.ndarray, u: float = U) -> np.ndarray:
+    return n * u / (1 - n * u)
 
 
 def _keep(mask: np.ndarray | None) -> np.ndarray | None:
@@ -291,29 +349,35 @@ class Bounds:
 
 
 def compute(
-    op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any], rows: list[int] | None = None
+    op: str,
+    inputs: Mapping[str, np.ndarray],
+    options: Mapping[str, Any],
+    rows: list[int] | None = None,
+    fmt: Format | None = None,
 ) -> Bounds:
     """The bounds of ``op``'s O(L d) outputs, every row: ``output`` (and ``q``, ``k``, ``v`` for
     self-attention); with ``rows``, also the weights on those query rows (for multi-head
-    attention of shape (h, len(rows), n_k))."""
+    attention of shape (h, len(rows), n_k)). ``fmt``: the format whose rules (default float64)."""
+    r = FLOAT64 if fmt is None else Rules.of(fmt)
     keep = _keep(inputs.get("mask"))
     if op == "scaled_dot_product_attention":
         q, k, v = (Est(np.asarray(inputs[n], dtype=np.float64), None) for n in "qkv")
         scale = options.get("scale")
         scale = 1 / math.sqrt(q.value.shape[1]) if scale is None else float(scale)
-        out, w = attention(q, k, v, scale, keep, op, rows)
-        return Bounds({"output": out.stored()}, _pair(w))
+        out, w = attention(q, k, v, scale, keep, op, rows, r)
+        return Bounds({"output": out.stored(r)}, _pair(w, r))
     if op == "self_attention":
         x = Est(np.asarray(inputs["x"], dtype=np.float64), None)
-        q, k, v = (affine(x, inputs[f"w_{n}"], inputs.get(f"b_{n}")) for n in "qkv")
+        q, k, v = (affine(x, inputs[f"w_{n}"], inputs.get(f"b_{n}"), r) for n in "qkv")
         scale = options.get("scale")
         scale = 1 / math.sqrt(q.value.shape[1]) if scale is None else float(scale)
-        out, w = attention(q, k, v, scale, keep, op, rows)
-        return Bounds({"q": q.stored(), "k": k.stored(), "v": v.stored(), "output": out.stored()}, _pair(w))
+        out, w = attention(q, k, v, scale, keep, op, rows, r)
+        full = {"q": q.stored(r), "k": k.stored(r), "v": v.stored(r), "output": out.stored(r)}
+        return Bounds(full, _pair(w, r))
     if op == "multi_head_attention":
         h = int(options["num_heads"])
         q, k, v = (
-            affine(Est(np.asarray(inputs[src], dtype=np.float64), None), inputs[f"w_{n}"], inputs.get(f"b_{n}"))
+            affine(Est(np.asarray(inputs[src], dtype=np.float64), None), inputs[f"w_{n}"], inputs.get(f"b_{n}"), r)
             for n, src in (("q", "query"), ("k", "key"), ("v", "value"))
         )
         d = q.value.shape[1]
@@ -322,11 +386,11 @@ def compute(
         for i in range(h):
             cols = slice(i * d_head, (i + 1) * d_head)
             part = [Est(t.value[:, cols], None if t.e is None else t.e[:, cols]) for t in (q, k, v)]
-            out, w = attention(*part, 1 / math.sqrt(d_head), keep, f"{op} head {i}", rows)
+            out, w = attention(*part, 1 / math.sqrt(d_head), keep, f"{op} head {i}", rows, r)
             heads.append(out)
-            weights.append(_pair(w))
+            weights.append(_pair(w, r))
         concat = Est(np.hstack([o.value for o in heads]), np.hstack([o.e for o in heads]))
-        output = affine(concat, inputs["w_o"], inputs.get("b_o")).stored()
+        output = affine(concat, inputs["w_o"], inputs.get("b_o"), r).stored(r)
         stacked = None
         if rows is not None:
             stacked = (np.stack([w[0] for w in weights]), np.stack([w[1] for w in weights]))
@@ -334,9 +398,9 @@ def compute(
     raise ValueError(f"the scale tier's bounds cover attention operations, not {op!r}")
 
 
-def _pair(w: Est | None) -> tuple[np.ndarray, np.ndarray] | None:
+def _pair(w: Est | None, rules: Rules = FLOAT64) -> tuple[np.ndarray, np.ndarray] | None:
     """(weights, stored bound): |A| <= A^ (1 + 2^-17) replaces abs_up's correction."""
     if w is None:
         return None
     assert w.e is not None
-    return w.value, round_up((SAFETY * w.e + RESOLUTION * w.value * A_UP + UNDERFLOW) * INFLATE)
+    return w.value, round_up((SAFETY * w.e + rules.resolution * w.value * A_UP + rules.underflow) * INFLATE)

@@ -1,7 +1,7 @@
 """The one verify pipeline's precision option (attention_ports/pipeline/verify.py, issue 17):
 ``verify --precision float32`` is the catalogue source judged on the float32 tier, through the same
-selection, runner, report and exit status as every run; a precision that is not one, or one asked
-of another tier, is refused before anything runs."""
+selection, runner, report and exit status as every run; a precision that is not one, or a
+generated case kept (``--dump``) at a lower tier, is refused before anything runs."""
 
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ def test_verify_precision_float32_judges_the_reference_on_the_float32_tier(tmp_p
     [
         (["--precision", "half"], "--precision = 'half' is not a precision"),
         (["--precision", "bfloat16"], "--precision = 'bfloat16' is not a precision"),  # a storage format only
-        (["--precision", "float32", "--random", "3"], "--precision judges the catalogue's cases"),
-        (["--precision", "float32", "--tier", "scale"], "--precision judges the catalogue's cases"),
+        (["--precision", "float32", "--random", "3", "--dump", "kept"], "--dump writes float64 fixtures"),
+        (["--precision", "bfloat16/float32", "--random", "3"], "--random judges float64 and float32: not"),
+        (["--precision", "float16", "--tier", "scale"], "--tier scale judges float64 and float32: not"),
     ],
 )
 def test_a_bad_precision_is_refused_before_the_run(
