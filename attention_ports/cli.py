@@ -35,6 +35,7 @@ from attention_ports.pipeline import verify as pipeline
 from attention_ports.pipeline.verify import fixtures_meta, verify_meta  # noqa: F401 (cli.verify_meta: the tests' name)
 from attention_ports.runtimes import reaper, registry, supervisor
 from attention_ports.spec import ops
+from attention_ports.spec import precision as formats
 from attention_ports.spec.catalogue import CatalogueError
 from attention_ports.tools import doctor, installers, skeleton
 from attention_ports.tools.mutation import MutantError
@@ -409,8 +410,16 @@ def cmd_mutation(args: argparse.Namespace) -> int:
     if args.list:
         for m in chosen:
             reach = ", ".join(sorted(mutation.reachable_ops(m)))
-            print(f"{m.id:<34} {m.expect:<7} [{m.bug_class}] {m.file}: {m.description} (reaches {reach})")
+            judged = ", ".join(f"{p}: {m.expectation(p)}" for p in m.precisions)
+            print(f"{m.id:<34} {judged} [{m.bug_class}] {m.file}: {m.description} (reaches {reach})")
         return 0
+    # Mutants judged in float32 only (docs/precision.md) run from the test suite, not from here yet.
+    lower = [m.id for m in chosen if formats.DEFAULT not in m.precisions]
+    if lower:
+        print(f"attention-ports: judged in float32 only, not run here: {', '.join(lower)}", file=sys.stderr)
+        chosen = [m for m in chosen if m.id not in lower]
+        if not chosen:
+            return 2
     for lang in sorted({m.lang for m in chosen}):
         try:  # a runtime that cannot start would "kill" every mutant: refuse instead
             registry.create(lang).close()

@@ -18,9 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from attention_ports.core import paths
+from attention_ports.fixtures import store as fixtures
 from attention_ports.runtimes import registry
 from attention_ports.runtimes.impl import ImplementationUnavailable
 from attention_ports.spec import ops
+from attention_ports.spec import precision as formats
 from attention_ports.tools import mutation
 from tests.conftest import require
 
@@ -46,6 +49,15 @@ REQUIRED_CLASSES = {
     "1e-9 perturbation",
 }
 MIN_BUGS_PER_LANG = 30
+# The bugs that exist in low precision, and the controls that round differently (issue 17, item 6).
+REQUIRED_CLASSES_FLOAT32 = {
+    "stability",
+    "finite mask fill",
+    "low-precision accumulation",
+    "low-precision rounding point",
+}
+REQUIRED_CONTROLS_FLOAT32 = {"float64 promotion", "equivalent edit", "1e-14 perturbation", "1e-9 perturbation"}
+F32 = "float32"
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +103,14 @@ replace = "whatever"
 def test_bad_entries_are_refused(tmp_path: Path) -> None:
     base = 'id = "j_x"\nfile = "ports/julia/src/attention.jl"\nclass = "scale"\ndescription = "d"\n'
     good = 'find = "    scores = (k\' * q) .* s"\nreplace = "    scores = (k\' * q)"\n'
+    r_base = 'id = "r_x"\nfile = "ports/r/R/attention.R"\nclass = "scale"\ndescription = "d"\n'
+    r_good = 'find = ".default_scale <- function(d_k) 1 / sqrt(d_k)"\nreplace = ".default_scale <- function(d_k) 1"\n'
     for body, message in [
         (base + good + 'equivalent = true\nexpect = "killed"\n', "equivalent mutant must be expected to pass"),
+        (r_base + r_good + 'precisions = ["float32"]\n', "R computes in double only"),
+        (base + good + 'precisions = ["float16"]\n', "cannot be judged in"),
+        (base + good + 'expect_in = { float32 = "killed" }\n', "expect_in maps"),
+        (base + good + 'precisions = ["float64"]\nexpect_in = { float32 = "passes" }\n', "expect_in maps"),
         (base.replace("attention.jl", "../../etc/passwd") + good, "not one of our port sources"),
         (base + good + 'killed_in = ["classifier_step"]\n', "cannot reach"),
         (base + good + "colour = 1\n", "unknown"),
@@ -154,11 +172,24 @@ def kit(mutants: list[mutation.Mutant]) -> dict[str, mutation.MutantResult]:
     return {r.mutant.id: r for r in results}
 
 
+def test_every_julia_mutant_that_reaches_the_float32_tier_is_judged_in_float32(
+    mutants: list[mutation.Mutant],
+) -> None:
+    for m in mutants:
+        reaches_tier = m.lang == "julia" and bool(mutation.reachable_ops(m) & set(mutation.KIT_TIERS[F32]))
+        assert (F32 in m.precisions) == reaches_tier, m.id
+    mine = [m for m in mutants if F32 in m.precisions]
+    missing = REQUIRED_CLASSES_FLOAT32 - {m.bug_class for m in mine if m.expectation(F32) == "killed"}
+    assert not missing, f"float32: no mutant of class {sorted(missing)}"
+    missing = REQUIRED_CONTROLS_FLOAT32 - {m.bug_class for m in mine if m.expectation(F32) == "passes"}
+    assert not missing, f"float32: no control of class {sorted(missing)}"
+
+
 @pytest.mark.parametrize("lang", mutation.LANGS)
 def test_every_bug_is_caught_twice_and_every_control_passes(
     lang: str, mutants: list[mutation.Mutant], kit: dict[str, mutation.MutantResult]
 ) -> None:
-    mine = [m for m in mutants if m.lang == lang]
+    mine = [m for m in mutants if m.lang == lang and formats.DEFAULT in m.precisions]  # the float64 kit
     if not any(m.id in kit for m in mine):
         try:
             registry.create(lang).close()
@@ -176,10 +207,61 @@ def test_every_bug_is_caught_twice_and_every_control_passes(
 def test_the_docs_state_the_kit_as_it_is(mutants: list[mutation.Mutant]) -> None:
     page = (mutation.REPO / "docs" / "generated-cases-and-mutation.md").read_text()
     for lang, name in (("r", "R"), ("julia", "Julia")):
-        mine = [m for m in mutants if m.lang == lang]
+        mine = [m for m in mutants if m.lang == lang and formats.DEFAULT in m.precisions]
         bugs = sum(m.expect == "killed" for m in mine)
         controls = [m for m in mine if m.expect == "passes"]
         equivalent = sum(m.equivalent for m in controls)
         # "caught" equals "bugs": test_every_bug_is_caught_twice_and_every_control_passes holds it so
         row = f"| {name} | {bugs} | {bugs} | {len(controls)} ({equivalent} equivalent edits) |"
         assert row in page, f"docs/generated-cases-and-mutation.md's mutation table should read: {row}"
+    # and in float32 (docs/precision.md): the expectation there, which expect_in may change
+    mine = [m for m in mutants if F32 in m.precisions]
+    bugs = sum(m.expectation(F32) == "killed" for m in mine)
+    controls = [m for m in mine if m.expectation(F32) == "passes"]
+    equivalent = sum(m.equivalent for m in controls)
+    row = f"| Julia, run in Float32 | {bugs} | {bugs} | {len(controls)} ({equivalent} equivalent edits) |"
+    page = (mutation.REPO / "docs" / "precision.md").read_text()
+    assert row in page, f"docs/precision.md's float32 mutation table should read: {row}"
+
+
+@pytest.fixture(scope="module")
+def kit32(mutants: list[mutation.Mutant]) -> dict[str, mutation.MutantResult]:
+    """The Julia mutants that reach softmax or SDPA, the mutated port run in Float32 on the float32
+    tier (docs/precision.md, "Catch power per precision"); its wall time is printed."""
+    try:
+        registry.create("julia").close()
+    except ImplementationUnavailable as exc:
+        require("julia", str(exc))
+    start = time.perf_counter()
+    chosen = [m for m in mutants if m.lang == "julia"]
+    results = mutation.run_kit(chosen, jobs=max(2, min(4, os.cpu_count() or 1)), scope="home", precision=F32)
+    print(f"\nmutation kit in float32: {len(results)} julia mutants in {time.perf_counter() - start:.1f}s")
+    for line in mutation.report_lines(results):
+        print(line)
+    return {r.mutant.id: r for r in results}
+
+
+def test_in_float32_every_bug_is_caught_twice_and_every_control_passes(
+    mutants: list[mutation.Mutant], kit32: dict[str, mutation.MutantResult]
+) -> None:
+    results = [kit32[m.id] for m in mutants if F32 in m.precisions]
+    bad = [f"{r.mutant.id}: {r.verdict()}; {sorted(r.messages.items())[:3]}" for r in results if not r.ok]
+    assert not bad, "float32: " + "\n".join(bad)
+    assert all(r.precision == F32 and r.statuses for r in results)  # a control that ran nothing proves nothing
+    bugs = [r for r in results if r.expect == "killed"]
+    assert all(len(r.killing) >= mutation.MIN_KILLS for r in bugs)
+
+
+def test_in_float32_the_tiers_own_stability_cases_catch_the_softmax_without_its_maximum(
+    kit32: dict[str, mutation.MutantResult],
+) -> None:
+    """Scores of ~90 to ~650 (fixtures/edges-float32.toml): exp overflows or underflows in
+    float32 there, not in float64; a softmax without the max subtraction fails on them in float32."""
+    catalogue = {e["id"] for e in fixtures.iter_entries(paths.FIXTURES)}
+    for mutant_id, op in (
+        ("j_softmax_no_max", "softmax"),
+        ("j_attention_naive_softmax", "scaled_dot_product_attention"),
+    ):
+        r = kit32[mutant_id]
+        own = [c for c in r.kills_in(op) if c not in catalogue]
+        assert len(own) >= mutation.MIN_KILLS, (mutant_id, own)

@@ -39,7 +39,8 @@ function scaled_dot_product_attention(q::AbstractMatrix{<:Real}, k::AbstractMatr
     n_k == n_k2 || throw(ArgumentError("scaled_dot_product_attention: k and v need the same n_k (columns); got $sizes"))
     mask === nothing || size(mask) == (n_k, n_q) ||
         throw(ArgumentError("scaled_dot_product_attention: mask must be n_k×n_q = $(n_k)×$(n_q); got $sizes"))
-    s = scale === nothing ? 1 / sqrt(d_k) : float(scale)
+    # The default scale in q's own type (1 / sqrt(d_k) would be a Float64 and promote Float32 scores).
+    s = scale === nothing ? inv(sqrt(float(eltype(q))(d_k))) : float(scale)
     isfinite(s) || throw(ArgumentError("scaled_dot_product_attention: scale must be finite, got $scale"))
 
     scores = (k' * q) .* s                                   # (n_k, n_q): key i · query j
