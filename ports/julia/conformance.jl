@@ -756,9 +756,19 @@ function main(argv::Vector{String})
     isdir(dir) || usage("--fixtures ", opts.fixtures, ": no such folder")
     index = read_index(dir)
     opts.fixtures === nothing || select_cases(index, opts.cases, dir)   # bad usage named before the port loads
+    reader = Module(:Reader)
+    Base.include(reader, reader_file(dir))
+    READER[] = getfield(reader, :read_npy)
+    # Compiled now, not at its first call: Julia 1.5.3 aborted there ("jl_generate_fptr_for_unspecialized:
+    # Assertion `src && jl_is_code_info(src)' failed") when a garbage collection had run in between.
+    precompile(READER[], (String,))
+    port = load_port(opts.ports[1], index.op_order)
+    dir, index = tier_fixtures(opts, dir, index, port)   # the port's declared precision picks the tier
+    cases = select_cases(index, opts.cases, dir)
+    cases = cases[sortperm([findfirst(==(c.op), index.op_order) for c in cases]; alg = MergeSort)]  # one @testset per operation
     # A function barrier: compiling what judges the cases takes seconds, which bad usage and bad
     # fixtures (above) need not wait for.
-    return Base.invokelatest(judge, opts, dir, index)
+    return Base.invokelatest(judge, opts, dir, index, cases, port)
 end
 
 # The fixtures a port is judged on: its declared precision's tier when no --fixtures is given
@@ -789,17 +799,7 @@ function reader_file(dir::String)
     return isfile(own) ? own : joinpath(dir, "..", "..", "readers", "read_npy.jl")
 end
 
-function judge(opts::Options, dir::String, index::Index)
-    reader = Module(:Reader)
-    Base.include(reader, reader_file(dir))
-    READER[] = getfield(reader, :read_npy)
-    # Compiled now, not at its first call: Julia 1.5.3 aborted there ("jl_generate_fptr_for_unspecialized:
-    # Assertion `src && jl_is_code_info(src)' failed") when a garbage collection had run in between.
-    precompile(READER[], (String,))
-    port = load_port(opts.ports[1], index.op_order)
-    dir, index = tier_fixtures(opts, dir, index, port)
-    cases = select_cases(index, opts.cases, dir)
-    cases = cases[sortperm([findfirst(==(c.op), index.op_order) for c in cases]; alg = MergeSort)]  # one @testset per operation
+function judge(opts::Options, dir::String, index::Index, cases::Vector{Case}, port::Port)
     declared = port.present ? "masked_query = $(port.masked_query)" : "no declaration"
     println("julia conformance: port $(port.path) ($declared), precision $(index.precision.name), ",
             "$(length(cases)) case(s) from $dir")
