@@ -36,6 +36,7 @@ import pytest
 
 from attention_ports import cli
 from attention_ports.fixtures import index as fixture_index
+from attention_ports.fixtures.precision import lower_formats
 from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries, load_case, manifest_bytes, read_manifest
 from attention_ports.runtimes import declaration
 from attention_ports.spec.precision import fixtures_dir
@@ -222,6 +223,9 @@ def test_an_unpacked_wheel_runs_both_runners_with_its_own_fixtures(installed_too
     unpacked = tmp_path / "unpacked"
     zipfile.ZipFile(installed_tool.wheel).extractall(unpacked)
     fixtures = unpacked / "attention_ports" / "_assets" / "fixtures"
+    # A port declaring a precision is judged on its tier, which the wheel ships with its index.
+    shipped_tiers = {p.parent.name for p in (fixtures / "precision").glob("*/index.tsv")}
+    assert shipped_tiers == {f.dirname for f in lower_formats()}
     user = tmp_path / "user"
     user.mkdir()
     for lang, port in (("r", "declares_undefined.R"), ("julia", "declares_undefined.jl")):
