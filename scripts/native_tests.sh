@@ -38,4 +38,8 @@ rm -f "$STRICT_PROFILE"
 # --depwarn=error: a deprecated API in the runner, the worker code it shares or our port fails here
 # (Julia removes nothing before 2.0, so this is the check that newer 1.x keep running it).
 run_suite "julia conformance" "$JULIA_CMD" --startup-file=no --depwarn=error ports/julia/conformance.jl --strict ports/julia/src
+# A declared precision (the declaration's `precision` field) is judged on its tier, fixtures/precision/<name>/.
+# tests/test_native_runners.py checks a few float32 cases of our port against `verify`; the whole
+# tier is not run here, to keep `make test` in its budget (it takes ~11 s):
+#   julia ports/julia/conformance.jl --strict tests/data/ports/julia/ours_float32.jl
 exit $status

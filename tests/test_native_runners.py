@@ -9,14 +9,16 @@ named in 1-based indices of the port's own layout (checked against the fixture's
 there). The ports: ours (every case, both languages), seed 000's R code verbatim (its errors carry
 R's own message) and with its one-word fix, seed 003's two known-bad Julia transcriptions (their
 softmax helper, their forward and their backward cases), ports with declarations or that do not
-load, and a spread of the mutation kit's mutants, bugs and controls (each on its own cases, as
-tests/tools/test_mutation.py runs them). The native runner runs while Python verifies, so the two halves
+load, our Julia port declared float32 (judged on the float32 tier, in Float32), and a spread of the
+mutation kit's mutants, bugs and controls (each on its own cases, as tests/tools/test_mutation.py
+runs them). The native runner runs while Python verifies, so the two halves
 share the cores.
 
 Also: the runners from an unpacked wheel (what an R-only or Julia-only team has; declared,
-undefined and undeclared operations), the masked-query convention files they pick, and their
-answers to bad usage and bad fixtures. Real R and Julia, no mocks; without them this skips locally
-and fails under CI=true.
+undefined and undeclared operations), the masked-query convention files they pick, their
+answers to bad usage and bad fixtures, a declared precision's checks (declaration.py's words) and
+a --fixtures folder of another precision. Real R and Julia, no mocks; without them this skips
+locally and fails under CI=true.
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ import pytest
 
 from attention_ports import cli
 from attention_ports.fixtures import index as fixture_index
+from attention_ports.fixtures.precision import lower_formats
 from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries, load_case, manifest_bytes, read_manifest
+from attention_ports.runtimes import declaration
+from attention_ports.spec.precision import fixtures_dir
 from attention_ports.tools import mutation
 from tests.conftest import require
 
@@ -88,6 +93,9 @@ def _ports() -> list[Port]:
         # forward whose scale is wrong, the backward that is wrong.
         _user("julia", "seed003_scale_bug", "softmax_*", "clf_forward_*"),
         _user("julia", "seed003_backward_bug", "clf_step_*"),
+        # A declared precision (docs/precision.md): our Julia port declared float32, judged on the
+        # float32 tier in Float32 (a float option, a boolean mask made additive).
+        _user("julia", "ours_float32", "softmax_ties", "sdpa_custom_scale", "sdpa_causal_bool"),
     ]
     entries = list(iter_entries(REPO_FIXTURES))
     kit = mutation.load_mutants()
@@ -215,6 +223,9 @@ def test_an_unpacked_wheel_runs_both_runners_with_its_own_fixtures(installed_too
     unpacked = tmp_path / "unpacked"
     zipfile.ZipFile(installed_tool.wheel).extractall(unpacked)
     fixtures = unpacked / "attention_ports" / "_assets" / "fixtures"
+    # A port declaring a precision is judged on its tier, which the wheel ships with its index.
+    shipped_tiers = {p.parent.name for p in (fixtures / "precision").glob("*/index.tsv")}
+    assert shipped_tiers == {f.dirname for f in lower_formats()}
     user = tmp_path / "user"
     user.mkdir()
     for lang, port in (("r", "declares_undefined.R"), ("julia", "declares_undefined.jl")):
@@ -346,3 +357,62 @@ def test_bad_usage_and_bad_fixtures_are_named(lang: str, fixtures_copy: Path, tm
     assert "no fixture index" in run("--fixtures", str(fixtures_copy)).stderr
     unknown = run("--frobnicate")
     assert unknown.returncode == 2 and "unknown option --frobnicate" in unknown.stderr
+
+
+# ---------------------------------------------------------------- a declared precision
+
+
+def _load_error(lang: str, raw: dict, where: Path) -> str:
+    """What attention_ports/runtimes/declaration.py says of this declaration (the runners' wording)."""
+    with pytest.raises(declaration.DeclarationError) as err:
+        declaration.parse(raw, str(where), lang)
+    return str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("lang", "declared"),
+    [("r", 'precision = "float32"'), ("r", 'precison = "float64"'), ("julia", 'precision = "float8"')],
+)
+def test_a_declared_precision_is_checked_with_declaration_pys_words(lang: str, declared: str, tmp_path: Path) -> None:
+    # R may declare only float64 (tests/data/ports/r/declares_float32.R); Julia any of the formats;
+    # a misspelt field lists precision among the fields. Every case is an error carrying
+    # declaration.py's message, word for word.
+    field, value = (part.strip().strip('"') for part in declared.split("="))
+    if lang == "r" and value == "float32":
+        port = USER_PORTS / "r" / "declares_float32.R"
+        raw: dict = {"operations": ["softmax"], field: value}
+    else:
+        port, raw = tmp_path / f"port.{'R' if lang == 'r' else 'jl'}", {field: value}
+        text = f"attention_ports <- list({declared})" if lang == "r" else f"const attention_ports = ({declared},)"
+        port.write_text(text + "\n")
+    out = tmp_path / "out.json"
+    proc = subprocess.run(
+        native_command(lang, RUNNERS[lang], port, "--case", "softmax_ties", "--json", str(out)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    results = json.loads(out.read_text())["results"]
+    expected = _load_error(lang, raw, port)
+    assert proc.returncode == 1 and [r["status"] for r in results] == ["error"], proc.stdout + proc.stderr
+    assert expected in results[0]["message"], (expected, results[0]["message"])
+
+
+@pytest.mark.parametrize("lang", ["r", "julia"])
+def test_a_fixtures_folder_of_another_precision_is_bad_usage(lang: str) -> None:
+    # Julia: our float32-declared port on the main (float64) fixtures is told to use its tier. R
+    # (double only) on a tier's folder is told to use the main fixtures.
+    port = USER_PORTS / "julia" / "ours_float32.jl" if lang == "julia" else OURS["r"]
+    folder = REPO_FIXTURES if lang == "julia" else fixtures_dir("float32")
+    proc = subprocess.run(
+        native_command(lang, RUNNERS[lang], port, "--fixtures", str(folder), "--case", "softmax_ties"),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    says = {
+        "julia": f"is for precision float64 (its index.tsv), but {port} declares precision = float32: use its tier, "
+        "<fixtures>/precision/float32",
+        "r": "these are the float32 tier's fixtures; R computes in double only",
+    }[lang]
+    assert proc.returncode == 2 and says in proc.stderr, proc.stdout + proc.stderr

@@ -4,7 +4,9 @@
 #   julia conformance.jl [options] PORT.jl | PORTDIR
 #
 #   --fixtures DIR   the fixtures folder (default: the one shipped with this file, ../../fixtures: in
-#                    a checkout and in an unpacked wheel, where both sit under attention_ports/_assets)
+#                    a checkout and in an unpacked wheel, where both sit under attention_ports/_assets;
+#                    for a port declaring a precision other than float64, that precision's tier,
+#                    ../../fixtures/precision/<name>/, "/" in the name written "-")
 #   --case GLOB      only the cases whose id matches GLOB (* ? [...]); repeatable
 #   --junit FILE     also write a JUnit XML report (one <testcase> per case)
 #   --json FILE      also write the results as `attention-ports verify --json` does (per output)
@@ -30,6 +32,14 @@
 # with --strict, something was missing; or, under CI=true, nothing passed), 2 for bad usage or bad
 # fixtures, 3 when this runner itself broke.
 #
+# A port's declared `precision` (attention_ports/spec/precision.py; docs/precision.md) is the
+# arithmetic it is run and judged in, as `verify` does it (attention_ports/runtimes/precision.py):
+# at float32 and the mixed tiers ("bfloat16/float32", "float16/float32") its floating arrays and
+# float options are given as Float32, at float16 as Float16 (the tier's inputs are values of its
+# storage format, so exactly); its results are widened to Float64 (exact) and judged on the tier's
+# fixtures, whose index names the precision; ulps are those of the storage format
+# (attention_ports/judge/compare.py, ulp_of). A --fixtures folder of another precision is bad usage.
+#
 # Unlike the Python suite, the port runs in this Julia process, unsupervised: a port that hangs,
 # crashes or exits takes the run with it.
 
@@ -45,6 +55,25 @@ const W = JuliaPortWorker
 const INDEX_FORMAT, FIXTURE_FORMAT = "1", "2"
 const MASKED_QUERY = ("zeros", "nan", "uniform")
 const OUTCOMES = ("pass", "missing", "fail", "error")   # worst last, as the Python runner ranks them
+const FIELDS = ("operations", "masked_query", "precision")   # attention_ports/runtimes/declaration.py
+
+# attention_ports/spec/precision.py's FORMATS, in its order: what a port is called with (the Julia
+# type of its arithmetic), and the storage format its ulps are counted in (mantissa bits p, the
+# implicit bit included; the smallest normal 2^e). The mixed tiers compute in Float32 on storage
+# values (Julia 1.5 has no BFloat16 without a package), as the Python suite runs our port.
+struct Precision
+    name::String
+    T::Type{<:AbstractFloat}
+    storage::String
+    mantissa_bits::Int
+    min_normal_exp::Int
+end
+const FORMATS = [Precision("float64", Float64, "float64", 53, -1022), Precision("float32", Float32, "float32", 24, -126),
+                 Precision("bfloat16/float32", Float32, "bfloat16", 8, -126),
+                 Precision("float16/float32", Float32, "float16", 11, -14), Precision("float16", Float16, "float16", 11, -14)]
+const FLOAT64 = FORMATS[1]
+format_of(name::AbstractString) = FORMATS[findfirst(f -> f.name == name, FORMATS)]
+dirname_of(p::Precision) = replace(p.name, "/" => "-")   # spec.precision.Format.dirname
 
 struct UsageError <: Exception
     msg::String
@@ -129,6 +158,7 @@ struct Index
     ops::Dict{String,OpSpec}
     op_order::Vector{String}
     cases::Vector{Case}
+    precision::Precision     # the index's `precision` record; float64 (the main fixtures) without one
 end
 
 function default_fixtures()
@@ -165,11 +195,15 @@ function read_index(dir::AbstractString)
     manifest = joinpath(dir, "manifest.json")
     (isfile(manifest) && bytes2hex(open(sha256, manifest)) == head[4]) ||
         usage(path, ": does not describe ", manifest, " (edited, or stale: run `attention-ports generate`)")
-    width = Dict("op" => 4, "group" => 4, "case" => 3, "option" => 5, "array" => 11)
+    width = Dict("precision" => 2, "op" => 4, "group" => 4, "case" => 3, "option" => 5, "array" => 11)
     ops, order, cases, by_id = Dict{String,OpSpec}(), String[], Case[], Dict{String,Case}()
+    precision = FLOAT64
     for (line, f) in zip(lines[2:end], fields[2:end])
         get(width, f[1], -1) == length(f) || usage(path, ": malformed record: ", line)
-        if f[1] == "op"
+        if f[1] == "precision"
+            any(p -> p.name == f[2], FORMATS) || usage(path, ": precision ", f[2], " is not one this runner knows")
+            precision = format_of(f[2])
+        elseif f[1] == "op"
             spec = get!(ops, f[2]) do
                 push!(order, f[2])
                 OpSpec(f[2], Dict{String,Vector{String}}(), Dict{String,Vector{String}}())
@@ -189,7 +223,7 @@ function read_index(dir::AbstractString)
             push!(by_id[f[2]].arrays, ArrayRef(f[3], f[4], f[5], f[6], f[7], shape, f[9], f[10]))
         end
     end
-    return Index(ops, order, cases)
+    return Index(ops, order, cases, precision)
 end
 
 # fnmatch: * ? [seq] [!seq], the whole id, case-sensitive (Python's fnmatch.fnmatchcase).
@@ -278,11 +312,12 @@ mutable struct Port
     present::Bool
     operations::Union{Nothing,Vector{String}}
     masked_query::String
+    precision::Precision
 end
 
 function load_port(path::AbstractString, op_names::Vector{String})
     ispath(path) || usage("julia: port file $path does not exist")
-    port = Port(abspath(path), nothing, "", false, nothing, "zeros")
+    port = Port(abspath(path), nothing, "", false, nothing, "zeros", FLOAT64)
     try
         port.mod = W.load_port(port.path)
     catch e
@@ -323,8 +358,8 @@ function check_declaration!(port::Port, raw, op_names::Vector{String})
         error("$where: attention_ports must be a named list / NamedTuple, like const attention_ports = ",
               "(operations = [\"softmax\"], masked_query = \"zeros\"); got $(kind_text(raw))")
     fields = Dict(string(k) => v for (k, v) in pairs(raw))
-    unknown = [k for k in keys(fields) if !(k in ("operations", "masked_query"))]
-    isempty(unknown) || error("$where: attention_ports has unknown field(s) $(q(sort(unknown))); the fields are operations, masked_query")
+    unknown = [k for k in keys(fields) if !(k in FIELDS)]
+    isempty(unknown) || error("$where: attention_ports has unknown field(s) $(q(sort(unknown))); the fields are $(join(FIELDS, ", "))")
     if haskey(fields, "operations")
         names = strings(fields["operations"])
         names === nothing && error("$where: attention_ports.operations must be a vector of operation names; got $(kind_text(fields["operations"]))")
@@ -340,6 +375,13 @@ function check_declaration!(port::Port, raw, op_names::Vector{String})
         values[1] in MASKED_QUERY || error("$where: attention_ports.masked_query = '$(values[1])' is not one of $(q(MASKED_QUERY))")
         port.masked_query = values[1]
     end
+    if haskey(fields, "precision")   # declaration.py's _precision
+        values, names = strings(fields["precision"]), [f.name for f in FORMATS]
+        (values === nothing || length(values) != 1) &&
+            error("$where: attention_ports.precision must be one of $(q(names)); got $(kind_text(fields["precision"]))")
+        values[1] in names || error("$where: attention_ports.precision = '$(values[1])' is not a precision; use one of $(q(names))")
+        port.precision = format_of(values[1])
+    end
     port.present = true
     return port
 end
@@ -347,18 +389,28 @@ end
 # julia_adapter.build_call: required arrays, each group as a NamedTuple, the positional options
 # (nothing when absent), then present optional arrays and options by keyword. Arrays in Julia
 # layout; a Bool mask becomes additive (0 keeps, -Inf removes); class indices (layout "index")
-# become 1-based; a 0-D array (a label) becomes a plain number.
-function build_call(spec::OpSpec, inputs::Dict{String,Tuple{Array,String}}, options::Vector{Pair{String,Any}})
+# become 1-based; a 0-D array (a label) becomes a plain number. T: the port's arithmetic (its
+# declared precision's type): every floating array and float option given as T (a Float64 `scale`
+# or `lr` would promote a Float32 computation), as julia_adapter.build_call's `storage`.
+function build_call(spec::OpSpec, inputs::Dict{String,Tuple{Array,String}}, options::Vector{Pair{String,Any}},
+                    T::Type{<:AbstractFloat} = Float64)
     function array(name)
         a, layout = inputs[name]
         if eltype(a) == Bool
-            a = layout == "scores" ? map(x -> x ? 0.0 : -Inf, a) : Float64.(a)
+            a = layout == "scores" ? map(x -> x ? zero(T) : T(-Inf), a) : T.(a)
+        elseif eltype(a) <: AbstractFloat
+            a = T.(a)
         end
         layout == "index" && (a = map(x -> x + one(x), a))   # broadcasting would turn a 0-D array into a number
         j = julia_layout(a)
         return ndims(j) == 0 ? j[] : j
     end
-    option(name) = (i = findfirst(p -> p.first == name, options)) === nothing ? nothing : options[i].second
+    function option(name)
+        i = findfirst(p -> p.first == name, options)
+        i === nothing && return nothing
+        v = options[i].second
+        return v isa AbstractFloat ? T(v) : v
+    end
     args = Any[]
     for n in spec.slots["args"]
         haskey(inputs, n) || error("$(spec.name): required input '$n' is absent")
@@ -413,7 +465,16 @@ end
 
 spacing(x::Float64) = nextfloat(x) - x     # NumPy's spacing for x >= 0
 
-function compare(e::Array{Float64}, a::Array{Float64}, b::Array{Float64})
+# compare.ulp_of: the spacing of the judged precision's storage format at a magnitude x >= 0:
+# NumPy's spacing for float64; else 2^(e - p + 1) in the binade [2^e, 2^(e+1)), the smallest
+# normal's spacing below it (exact: powers of two).
+function ulp_of(x::Float64, p::Precision)
+    p.name == "float64" && return spacing(x)
+    return 2.0^(exponent(max(x, 2.0^p.min_normal_exp)) - p.mantissa_bits + 1)
+end
+ulps_text(p::Precision) = p.name == "float64" ? "ulps" : "ulps of $(p.storage)"   # compare.Comparison._ulps
+
+function compare(e::Array{Float64}, a::Array{Float64}, b::Array{Float64}, p::Precision = FLOAT64)
     n = length(e)
     bad = falses(n)
     diff, frac, rel, ulp = zeros(n), zeros(n), zeros(n), zeros(n)
@@ -427,7 +488,7 @@ function compare(e::Array{Float64}, a::Array{Float64}, b::Array{Float64})
         frac[i] = bi > 0 ? d / bi : (d > 0 ? Inf : 0.0)
         if isfinite(ei) && abs(ei) > bi && ei != 0
             rel[i] = d / abs(ei)
-            ulp[i] = d / spacing(abs(ei))
+            ulp[i] = d / ulp_of(abs(ei), p)
         end
     end
     top(x) = isempty(x) ? 0.0 : maximum(x)
@@ -449,7 +510,7 @@ function positions_text(ks::Vector{Int}, dims)
 end
 
 # compare.Comparison.describe, with the indices of the Julia result (1-based).
-function describe(case_id, output, c::Comparison, e, a, b)
+function describe(case_id, output, c::Comparison, e, a, b, p::Precision = FLOAT64)
     dims = size(e)
     pct = @sprintf("%.1f", 100 * c.mismatches / max(c.total, 1))
     lines = ["case '$case_id', output '$output': $(c.mismatches) of $(c.total) elements ($pct%) differ beyond their error bounds"]
@@ -458,12 +519,12 @@ function describe(case_id, output, c::Comparison, e, a, b)
         ev, av, bv = e[k], a[k], b[k]
         abs_err = abs(av - ev)
         rel = ev != 0 ? abs_err / abs(ev) : Inf
-        ulps = isfinite(ev) ? abs_err / spacing(abs(ev)) : Inf
+        ulps = isfinite(ev) ? abs_err / ulp_of(abs(ev), p) : Inf
         f = bv > 0 ? abs_err / bv : Inf
         push!(lines, "  worst at $(index_text(k, dims)) (1-based): expected $(repr(ev)), actual $(repr(av)), bound $(fmt3(bv)) " *
-                     "(abs err $(fmt3(abs_err)), rel err $(fmt3(rel)), $(fmt3(ulps)) ulps, $(fmt3(f)) x bound)")
+                     "(abs err $(fmt3(abs_err)), rel err $(fmt3(rel)), $(fmt3(ulps)) $(ulps_text(p)), $(fmt3(f)) x bound)")
     end
-    push!(lines, "  max abs err $(fmt3(c.max_abs_err)), max rel err $(fmt3(c.max_rel_err)), max $(fmt3(c.max_ulp_err)) ulps, " *
+    push!(lines, "  max abs err $(fmt3(c.max_abs_err)), max rel err $(fmt3(c.max_rel_err)), max $(fmt3(c.max_ulp_err)) $(ulps_text(p)), " *
                  "worst $(fmt3(c.max_err_over_bound)) x bound")
     isempty(c.nan_only_expected) || push!(lines, "  NaN expected but not found at $(positions_text(c.nan_only_expected, dims))")
     isempty(c.nan_only_actual) || push!(lines, "  NaN found but not expected at $(positions_text(c.nan_only_actual, dims))")
@@ -502,7 +563,7 @@ function run_case(dir::AbstractString, index::Index, port::Port, case::Case)
         return every("missing", "case '$(case.id)': $(case.op) is not among the operations $(port.path) declares (attention_ports)")
     end
     status, msg, results = try
-        args, kwargs = build_call(spec, inputs, case.options)
+        args, kwargs = build_call(spec, inputs, case.options, index.precision.T)
         W.call_op(port.mod, port.path, case.op, args, kwargs)
     catch e
         e isa InterruptException && rethrow()
@@ -537,8 +598,9 @@ function run_case(dir::AbstractString, index::Index, port::Port, case::Case)
             continue
         end
         e = convert(Array{Float64}, exp.value)
-        c = compare(e, act, exp.bound)
-        push!(out, OutputResult(case.id, name, c.ok ? "pass" : "fail", c.ok ? "" : describe(case.id, name, c, e, act, exp.bound), c))
+        c = compare(e, act, exp.bound, index.precision)
+        push!(out, OutputResult(case.id, name, c.ok ? "pass" : "fail",
+                                c.ok ? "" : describe(case.id, name, c, e, act, exp.bound, index.precision), c))
     end
     return out
 end
@@ -632,7 +694,7 @@ end
 
 json_number(x) = x === nothing ? "null" : isfinite(x) ? repr(x) : json_string(fmt3(x))
 
-function results_json(runs, port::Port)
+function results_json(runs, port::Port, precision::Precision)
     rows = String[]
     for r in runs, o in r.outputs
         c = o.errors
@@ -643,7 +705,7 @@ function results_json(runs, port::Port)
                     "\"err_over_bound\": $(num(x -> x.max_err_over_bound)), \"message\": $(json_string(o.message))}")
     end
     meta = "{\"runner\": \"ports/julia/conformance.jl\", \"port\": $(json_string(port.path)), " *
-           "\"masked_query\": $(json_string(port.masked_query)), \"julia\": $(json_string(string(VERSION)))}"
+           "\"masked_query\": $(json_string(port.masked_query)), \"precision\": $(json_string(precision.name)), \"julia\": $(json_string(string(VERSION)))}"
     return "{\n\"version\": 2,\n\"meta\": $meta,\n\"results\": [\n$(join(rows, ",\n"))\n]\n}\n"
 end
 
@@ -693,20 +755,54 @@ function main(argv::Vector{String})
     dir = opts.fixtures === nothing ? default_fixtures() : abspath(opts.fixtures)
     isdir(dir) || usage("--fixtures ", opts.fixtures, ": no such folder")
     index = read_index(dir)
+    opts.fixtures === nothing || select_cases(index, opts.cases, dir)   # bad usage named before the port loads
+    reader = Module(:Reader)
+    Base.include(reader, reader_file(dir))
+    READER[] = getfield(reader, :read_npy)
+    # Compiled now, not at its first call: Julia 1.5.3 aborted there ("jl_generate_fptr_for_unspecialized:
+    # Assertion `src && jl_is_code_info(src)' failed") when a garbage collection had run in between.
+    precompile(READER[], (String,))
+    port = load_port(opts.ports[1], index.op_order)
+    dir, index = tier_fixtures(opts, dir, index, port)   # the port's declared precision picks the tier
     cases = select_cases(index, opts.cases, dir)
     cases = cases[sortperm([findfirst(==(c.op), index.op_order) for c in cases]; alg = MergeSort)]  # one @testset per operation
     # A function barrier: compiling what judges the cases takes seconds, which bad usage and bad
     # fixtures (above) need not wait for.
-    return Base.invokelatest(judge, opts, dir, index, cases)
+    return Base.invokelatest(judge, opts, dir, index, cases, port)
 end
 
-function judge(opts::Options, dir::String, index::Index, cases::Vector{Case})
-    reader = Module(:Reader)
-    Base.include(reader, joinpath(dir, "readers", "read_npy.jl"))
-    READER[] = getfield(reader, :read_npy)
-    port = load_port(opts.ports[1], index.op_order)
+# The fixtures a port is judged on: its declared precision's tier when no --fixtures is given
+# (spec.precision.fixtures_dir); a --fixtures folder must be of the precision it declares. A port
+# that did not load is judged (every case an error) where it stands.
+function tier_fixtures(opts::Options, dir::String, index::Index, port::Port)
+    isempty(port.failure) || return dir, index
+    p = port.precision
+    if opts.fixtures === nothing
+        p === FLOAT64 && return dir, index
+        tier = joinpath(dir, "precision", dirname_of(p))
+        isdir(tier) || usage(port.path, " declares precision = ", p.name, " but ", tier,
+                             " does not exist (fixtures older than precision tiers?)")
+        tindex = read_index(tier)
+        tindex.precision === p || usage(tier, ": its index is for ", tindex.precision.name, ", not ", p.name)
+        return tier, tindex
+    end
+    index.precision === p && return dir, index
+    want = p === FLOAT64 ? "the main fixtures folder" : "its tier, <fixtures>/precision/$(dirname_of(p))"
+    usage("--fixtures ", opts.fixtures, " is for precision ", index.precision.name, " (its index.tsv), but ", port.path,
+          " declares precision = ", p.name, ": use ", want, " (or leave --fixtures out)")
+end
+
+# The .npy reader: the fixtures folder's own readers/read_npy.jl; a tier folder has none and uses
+# the main folder's, two levels up (fixtures/precision/<name>/).
+function reader_file(dir::String)
+    own = joinpath(dir, "readers", "read_npy.jl")
+    return isfile(own) ? own : joinpath(dir, "..", "..", "readers", "read_npy.jl")
+end
+
+function judge(opts::Options, dir::String, index::Index, cases::Vector{Case}, port::Port)
     declared = port.present ? "masked_query = $(port.masked_query)" : "no declaration"
-    println("julia conformance: port $(port.path) ($declared), $(length(cases)) case(s) from $dir")
+    println("julia conformance: port $(port.path) ($declared), precision $(index.precision.name), ",
+            "$(length(cases)) case(s) from $dir")
     isempty(port.failure) || println(stderr, "julia: ", port.failure)
     runs = Run[]
     started = time()
@@ -731,7 +827,7 @@ function judge(opts::Options, dir::String, index::Index, cases::Vector{Case})
     Test.print_test_results(ts)
     statuses = [case_status(r.outputs) for r in runs]
     opts.junit === nothing || write_atomically(opts.junit, junit_xml(runs, port.path, seconds, opts.strict))
-    opts.json === nothing || write_atomically(opts.json, results_json(runs, port))
+    opts.json === nothing || write_atomically(opts.json, results_json(runs, port, index.precision))
     # Each case counted once, as `verify` counts it; --strict makes a missing case fail the run,
     # it does not count it twice.
     failed = sum(Int[s in ("fail", "error") for s in statuses])

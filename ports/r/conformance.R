@@ -21,6 +21,10 @@
 # its own bound from bound.<name>.npy. A port's declared `masked_query` convention picks
 # expected.<name>.<convention>.npy where the fixtures have one for a case.
 #
+# R computes in double only: a port's declared `precision` may only be "float64" (any other is
+# declaration.py's load error), and a precision tier's folder (fixtures/precision/<name>/, its
+# index's `precision` record) is bad usage here: judge an R port on the main fixtures.
+#
 # Per case and output: pass, fail (worst element in 1-based indices of the R result, expected,
 # actual, bound, abs/rel/ulp error, err/bound; an output the operation owes and did not return),
 # error (the port's own R error) or missing (an operation the port does not implement). One
@@ -40,6 +44,8 @@ local(envir = .conformance, {
   INDEX_FORMAT <- "1"
   FIXTURE_FORMAT <- "2"
   MASKED_QUERY <- c("zeros", "nan", "uniform")
+  FIELDS <- c("operations", "masked_query", "precision")  # attention_ports/runtimes/declaration.py
+  PRECISIONS <- c("float64", "float32", "bfloat16/float32", "float16/float32", "float16")  # spec/precision.py FORMATS
 
   usage_error <- function(...) stop(structure(class = c("usage_error", "error", "condition"),
                                               list(message = paste0(...), call = NULL)))
@@ -118,10 +124,16 @@ local(envir = .conformance, {
     if (!file.exists(manifest) || unname(tools::md5sum(manifest)) != head[[5L]]) {
       usage_error(path, ": does not describe ", manifest, " (edited, or stale: run `attention-ports generate`)")
     }
-    width <- c(op = 4L, group = 4L, case = 3L, option = 5L, array = 11L)
+    width <- c(precision = 2L, op = 4L, group = 4L, case = 3L, option = 5L, array = 11L)
     for (i in seq_along(fields)[-1L]) {
       if (is.na(width[kind[[i]]]) || length(fields[[i]]) != width[[kind[[i]]]]) {
         usage_error(path, ": malformed record: ", lines[[i]])
+      }
+    }
+    for (f in fields[kind == "precision"]) {  # a precision tier's index (fixtures/index.py)
+      if (f[[2L]] != "float64") {
+        usage_error(path, ": these are the ", f[[2L]], " tier's fixtures; R computes in double only, so an R port ",
+                    "is judged at float64, on the main fixtures folder (leave --fixtures out)")
       }
     }
     split_list <- function(s) if (identical(s, "-")) character() else strsplit(s, ",", fixed = TRUE)[[1L]]
@@ -263,10 +275,10 @@ local(envir = .conformance, {
                           "list(operations = c(\"softmax\"), masked_query = \"zeros\"); got %s"), where, kind(raw)),
            call. = FALSE)
     }
-    unknown <- setdiff(names(raw), c("operations", "masked_query"))
+    unknown <- setdiff(names(raw), FIELDS)
     if (length(unknown)) {
-      stop(sprintf("%s: attention_ports has unknown field(s) %s; the fields are operations, masked_query",
-                   where, quoted(unknown)), call. = FALSE)
+      stop(sprintf("%s: attention_ports has unknown field(s) %s; the fields are %s",
+                   where, quoted(unknown), paste(FIELDS, collapse = ", ")), call. = FALSE)
     }
     operations <- NULL
     if ("operations" %in% names(raw)) {
@@ -294,6 +306,22 @@ local(envir = .conformance, {
              call. = FALSE)
       }
       masked_query <- mq
+    }
+    if ("precision" %in% names(raw)) {  # declaration.py's _precision: R has only double
+      p <- raw$precision
+      if (!is.character(p) || length(p) != 1L) {
+        stop(sprintf("%s: attention_ports$precision must be one of %s; got %s", where, quoted(PRECISIONS), kind(p)),
+             call. = FALSE)
+      }
+      if (!p %in% PRECISIONS) {
+        stop(sprintf("%s: attention_ports$precision = '%s' is not a precision; use one of %s", where, p,
+                     quoted(PRECISIONS)), call. = FALSE)
+      }
+      if (p != "float64") {
+        stop(sprintf(paste0("%s: attention_ports$precision = '%s': R computes in double only, so an R port is ",
+                            "judged at float64 (a float64 port also passes the float32 tier); remove the field"),
+                     where, p), call. = FALSE)
+      }
     }
     list(present = TRUE, operations = operations, masked_query = masked_query)
   }
