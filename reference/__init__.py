@@ -29,6 +29,7 @@ from attention_ports.reference.classifier import (
     unpack_dataset,
 )
 from attention_ports.reference.masks import as_additive_mask, causal_mask, key_padding_mask
+from attention_ports.reference.norms import layer_norm, rms_norm
 
 __version__ = "1.0.0"
 
@@ -48,8 +49,10 @@ __all__ = [
     "heads_to_packed",
     "init_classifier_params",
     "key_padding_mask",
+    "layer_norm",
     "multi_head_attention",
     "pack_dataset",
+    "rms_norm",
     "scaled_dot_product_attention",
     "self_attention",
     "softmax",

@@ -50,6 +50,9 @@ class OpSpec:
     roles: dict[str, Role] = field(default_factory=dict)
     # name of a collection argument -> the arrays that travel inside it (R named list, Julia Dict)
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # The family whose coverage features apply (attention_ports/tools/coverage.py, FEATURES): the
+    # attention operations and the classifier share "attention", the normalisation layers "norm".
+    family: str = "attention"
 
     def role(self, array_name: str) -> Role:
         base = array_name.rsplit(".", 1)[-1]
@@ -117,6 +120,28 @@ register(
         kwargs=("b_q", "b_k", "b_v", "b_o", "mask"),
         outputs=("output", "weights"),
         roles={**_ATTN_ROLES, "weights": Role.HEAD_SCORES},
+    )
+)
+
+
+# The normalisation layers (reference/norms.py): rows are tokens, each normalised over its features.
+# eps (default 1e-5, as torch) is added inside the square root; weight (gain) and bias are vectors of
+# the feature width, optional.
+_NORM_ROLES = {"x": Role.TOKENS, "weight": Role.VECTOR, "bias": Role.VECTOR, "y": Role.TOKENS}
+register(
+    OpSpec(
+        "layer_norm",
+        args=("x",),
+        kwargs=("weight", "bias"),
+        options=("eps",),
+        outputs=("y",),
+        roles=_NORM_ROLES,
+        family="norm",
+    )
+)
+register(
+    OpSpec(
+        "rms_norm", args=("x",), kwargs=("weight",), options=("eps",), outputs=("y",), roles=_NORM_ROLES, family="norm"
     )
 )
 
