@@ -124,28 +124,6 @@ register(
 )
 
 
-# The normalisation layers (reference/norms.py): rows are tokens, each normalised over its features.
-# eps (default 1e-5, as torch) is added inside the square root; weight (gain) and bias are vectors of
-# the feature width, optional.
-_NORM_ROLES = {"x": Role.TOKENS, "weight": Role.VECTOR, "bias": Role.VECTOR, "y": Role.TOKENS}
-register(
-    OpSpec(
-        "layer_norm",
-        args=("x",),
-        kwargs=("weight", "bias"),
-        options=("eps",),
-        outputs=("y",),
-        roles=_NORM_ROLES,
-        family="norm",
-    )
-)
-register(
-    OpSpec(
-        "rms_norm", args=("x",), kwargs=("weight",), options=("eps",), outputs=("y",), roles=_NORM_ROLES, family="norm"
-    )
-)
-
-
 def get(name: str) -> OpSpec:
     try:
         return OPS[name]
@@ -210,5 +188,27 @@ register(
         outputs=("epoch_losses", *(f"params.{p}" for p in CLASSIFIER_PARAMS)),
         roles=_CLASSIFIER_ROLES,
         groups={"params": CLASSIFIER_PARAMS},
+    )
+)
+
+
+# The normalisation layers (reference/norms.py): rows are tokens, each normalised over its features.
+# eps (default 1e-5, as torch) is added inside the square root; weight (gain) and bias are vectors of
+# the feature width, optional.
+_NORM_ROLES = {"x": Role.TOKENS, "weight": Role.VECTOR, "bias": Role.VECTOR, "y": Role.TOKENS}
+register(
+    OpSpec(
+        "layer_norm",
+        args=("x",),
+        kwargs=("weight", "bias"),
+        options=("eps",),
+        outputs=("y",),
+        roles=_NORM_ROLES,
+        family="norm",
+    )
+)
+register(
+    OpSpec(
+        "rms_norm", args=("x",), kwargs=("weight",), options=("eps",), outputs=("y",), roles=_NORM_ROLES, family="norm"
     )
 )

@@ -148,8 +148,7 @@ NOTES: dict[str, str] = {
         "one-pass mean(x^2) - mean^2 cancels on nearly constant tokens with a large mean."
     ),
     "rms_norm": (
-        "Each token normalised by its root mean square: x / sqrt(mean(x^2) + eps) * weight (no centring,\n"
-        "no bias)."
+        "Each token normalised by its root mean square: x / sqrt(mean(x^2) + eps) * weight (no centring,\nno bias)."
     ),
 }
 
