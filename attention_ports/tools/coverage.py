@@ -235,7 +235,8 @@ def _eps(f: Facts) -> float:
 
 
 def _norm(key: str, label: str, test: Callable[[Facts], bool]) -> Feature:
-    return Feature(f"norm.{key}", "norm", label, test, families=("norm",))
+    # false, not an error, on another family's facts (which have no row statistics)
+    return Feature(f"norm.{key}", "norm", label, lambda f: f.stat is not None and test(f), families=("norm",))
 
 
 NORM_FEATURES: tuple[Feature, ...] = (
