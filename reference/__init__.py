@@ -5,6 +5,7 @@ the package by pyproject.toml). It sits just above ``core``: it may import ``att
 (``paths``, for the sentiment data) and nothing else of the project.
 """
 
+from attention_ports.reference.activations import gelu
 from attention_ports.reference.attention import (
     AttentionResult,
     MultiHeadResult,
@@ -46,6 +47,7 @@ __all__ = [
     "classifier_loss_and_grads",
     "classifier_step",
     "classifier_train",
+    "gelu",
     "heads_to_packed",
     "init_classifier_params",
     "key_padding_mask",

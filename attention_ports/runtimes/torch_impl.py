@@ -137,6 +137,9 @@ class TorchImplementation(Implementation):
         eps = options.get("eps")
         return {"y": F.rms_norm(x, (x.shape[-1],), None if w is None else _t(w), 1e-5 if eps is None else eps)}
 
+    def _op_gelu(self, inputs, options):
+        return {"y": F.gelu(_t(inputs["x"]), approximate=options.get("approximate") or "none")}
+
     def _op_multi_head_attention(self, inputs, options):
         d = inputs["w_q"].shape[0]
         has_bias = any(f"b_{n}" in inputs for n in "qkvo")

@@ -212,3 +212,17 @@ register(
         "rms_norm", args=("x",), kwargs=("weight",), options=("eps",), outputs=("y",), roles=_NORM_ROLES, family="norm"
     )
 )
+
+
+# The activations (reference/activations.py): elementwise, rows are tokens. approximate is torch's
+# option, "none" (erf, the default when absent) or "tanh" (GPT-2's approximation).
+register(
+    OpSpec(
+        "gelu",
+        args=("x",),
+        options=("approximate",),
+        outputs=("y",),
+        roles={"x": Role.TOKENS, "y": Role.TOKENS},
+        family="activation",
+    )
+)

@@ -340,6 +340,13 @@ def rms_norm_cases(draw: st.DrawFn) -> Drawn:
     return Drawn("rms_norm", inputs, {"eps": draw(st.sampled_from(NORM_EPS))})
 
 
+@st.composite
+def gelu_cases(draw: st.DrawFn) -> Drawn:
+    n, d = _sizes(draw, 2)
+    x = draw(values((n, d), big=draw(st.booleans()), exponents=(2, 4, 5)))  # out to the tails, +-64
+    return Drawn("gelu", {"x": x}, {"approximate": draw(st.sampled_from([None, "none", "tanh"]))})
+
+
 STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "softmax": softmax_cases,
     "scaled_dot_product_attention": sdpa_cases,
@@ -350,6 +357,7 @@ STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "classifier_train": classifier_train_cases,
     "layer_norm": layer_norm_cases,
     "rms_norm": rms_norm_cases,
+    "gelu": gelu_cases,
 }
 assert set(STRATEGIES) == set(ops.OPS), "every contract operation needs a strategy"
 

@@ -262,7 +262,30 @@ NORM_FEATURES: tuple[Feature, ...] = (
     _norm("large", "max abs(x) >= 1e6", lambda f: bool(np.abs(f.inputs["x"]).max() >= 1e6)),
     _norm("small", "max abs(x) <= 1e-6", lambda f: bool(np.abs(f.inputs["x"]).max() <= 1e-6)),
 )
-FEATURES = FEATURES + NORM_FEATURES
+
+
+def _act(key: str, label: str, test: Callable[[Facts], bool]) -> Feature:
+    # false, not an error, on another family's facts (which may have no x)
+    return Feature(
+        f"act.{key}", "activation", label, lambda f: ops.get(f.op).family == "activation" and test(f), ("activation",)
+    )
+
+
+ACTIVATION_FEATURES: tuple[Feature, ...] = (
+    _act("erf", "the erf form (approximate none or absent)", lambda f: f.options.get("approximate") in (None, "none")),
+    _act("tanh", "the tanh approximation", lambda f: f.options.get("approximate") == "tanh"),
+    _act("given", "approximate given", lambda f: f.options.get("approximate") is not None),
+    _act("negative_tail", "x <= -5 somewhere (1 + erf cancels)", lambda f: bool((f.inputs["x"] <= -5).any())),
+    _act("positive_tail", "x >= 5 somewhere (saturates)", lambda f: bool((f.inputs["x"] >= 5).any())),
+    _act(
+        "small",
+        "0 < abs(x) <= 1e-6 somewhere",
+        lambda f: bool(((f.inputs["x"] != 0) & (abs(f.inputs["x"]) <= 1e-6)).any()),
+    ),
+    _act("zero", "an exact 0", lambda f: bool((f.inputs["x"] == 0).any())),
+    _act("integers", "integer-valued x", lambda f: bool(np.all(f.inputs["x"] == np.round(f.inputs["x"])))),
+)
+FEATURES = FEATURES + NORM_FEATURES + ACTIVATION_FEATURES
 FEATURE_KEYS = {feat.key for feat in FEATURES}
 GROUPS = {feat.group for feat in FEATURES}
 
@@ -342,6 +365,8 @@ def facts_from(op: str, options: Mapping[str, Any], inputs: dict[str, np.ndarray
         f.out_logits = fw.pooled[None, :]
     elif op == "classifier_train":
         pass  # its regimes are classifier_step's, per sentence: marked not applicable in the catalogue
+    elif ops.get(op).family == "activation":
+        pass  # elementwise: its features read the inputs and options themselves
     elif ops.get(op).family == "norm":
         x = inputs["x"]
         f.mean, f.std = x.mean(axis=1), x.std(axis=1)
@@ -482,6 +507,7 @@ SHORT = {
     "classifier_train": "clf train",
     "layer_norm": "layer norm",
     "rms_norm": "rms norm",
+    "gelu": "gelu",
 }
 
 

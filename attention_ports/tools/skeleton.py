@@ -90,6 +90,7 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "layer_norm": {"x": ("n", "d"), "weight": ("d",), "bias": ("d",), "y": ("n", "d")},
     "rms_norm": {"x": ("n", "d"), "weight": ("d",), "y": ("n", "d")},
+    "gelu": {"x": ("n", "d"), "y": ("n", "d")},
 }
 
 #: What each scalar option is, and its default (None: the language's "absent").
@@ -101,6 +102,10 @@ OPTIONS: dict[str, tuple[str, dict[str, str] | None]] = {
     "frozen": (
         "names of parameters not to update (their gradients are still returned)",
         {"r": "character(0)", "julia": "String[]"},
+    ),
+    "approximate": (
+        '"none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2\'s approximation), as torch',
+        {"r": '"none"', "julia": '"none"'},
     ),
     "eps": ("a number >= 0 added inside the square root (1e-5 when absent, as torch)", {"r": "1e-5", "julia": "1e-5"}),
 }
@@ -146,6 +151,10 @@ NOTES: dict[str, str] = {
         "(x - mean) / sqrt(var + eps) * weight + bias, var the biased variance (divided by d), eps inside\n"
         "the square root. Compute var in two passes (the mean, then the mean of (x - mean)^2): the\n"
         "one-pass mean(x^2) - mean^2 cancels on nearly constant tokens with a large mean."
+    ),
+    "gelu": (
+        'Elementwise. approximate = "none": 0.5 x (1 + erf(x / sqrt(2))) (R: x * pnorm(x));\n'
+        '"tanh": 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).'
     ),
     "rms_norm": (
         "Each token normalised by its root mean square: x / sqrt(mean(x^2) + eps) * weight (no centring,\nno bias)."
