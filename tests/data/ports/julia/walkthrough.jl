@@ -209,3 +209,13 @@ end
 function rms_norm(x; weight = nothing, eps = 1e-5)
     error("rms_norm is not written yet")
 end
+
+# gelu(x; approximate = "none")
+# Elementwise. approximate = "none": 0.5 x (1 + erf(x / sqrt(2))) (R: x * pnorm(x));
+# "tanh": 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+#   x            d x n; one token per column
+#   approximate  "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns the d x n array itself
+function gelu(x; approximate = "none")
+    error("gelu is not written yet")
+end

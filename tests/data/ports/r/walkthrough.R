@@ -210,3 +210,13 @@ layer_norm <- function(x, weight = NULL, bias = NULL, eps = 1e-5) {
 rms_norm <- function(x, weight = NULL, eps = 1e-5) {
   stop("rms_norm is not written yet")
 }
+
+# gelu(x, approximate = "none")
+# Elementwise. approximate = "none": 0.5 x (1 + erf(x / sqrt(2))) (R: x * pnorm(x));
+# "tanh": 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+#   x            n x d; one token per row
+#   approximate  "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns the n x d array itself
+gelu <- function(x, approximate = "none") {
+  stop("gelu is not written yet")
+}
