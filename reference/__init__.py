@@ -5,6 +5,7 @@ the package by pyproject.toml). It sits just above ``core``: it may import ``att
 (``paths``, for the sentiment data) and nothing else of the project.
 """
 
+from attention_ports.reference.activations import gelu
 from attention_ports.reference.attention import (
     AttentionResult,
     MultiHeadResult,
@@ -29,6 +30,7 @@ from attention_ports.reference.classifier import (
     unpack_dataset,
 )
 from attention_ports.reference.masks import as_additive_mask, causal_mask, key_padding_mask
+from attention_ports.reference.norms import layer_norm, rms_norm
 
 __version__ = "1.0.0"
 
@@ -45,11 +47,14 @@ __all__ = [
     "classifier_loss_and_grads",
     "classifier_step",
     "classifier_train",
+    "gelu",
     "heads_to_packed",
     "init_classifier_params",
     "key_padding_mask",
+    "layer_norm",
     "multi_head_attention",
     "pack_dataset",
+    "rms_norm",
     "scaled_dot_product_attention",
     "self_attention",
     "softmax",

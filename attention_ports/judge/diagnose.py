@@ -34,6 +34,13 @@ Checks, most specific first (the first that fits is the diagnosis):
 7. row shift: each query's result one query early or late (an index slip);
 8. mask rows: wrong only in the queries the mask acts on, the others right (no variant above fits).
 
+The normalisation layers and gelu (checked right after the axes): the known mistakes recomputed,
+the unbiased variance, eps outside the square root or missing, the mean over the tokens, the bias before the
+weight or ignored, rms_norm on the centred variance, gelu's other form; and layer_norm's one-pass
+variance by its error's envelope on nearly constant tokens. These are tried before the float32
+explanation too, since some of them (eps outside the square root with a small eps, the one-pass
+variance) err by float32-sized amounts.
+
 Nothing here changes a verdict; an exception inside a check only drops that check's hint.
 """
 
@@ -146,8 +153,15 @@ def explain(
     if _rounding_sized(ctx):
         return ""  # rounding within a correct formulation explains it: no mistake is named
     if _float32_sized(ctx.expected, ctx.actual, ctx.bound):
-        return _precision_diagnosis(ctx.language)  # a lower precision explains it: no logic bug is named
-    for check in CHECKS:
+        # a lower precision explains it: no logic bug is named, except the layers' mistakes whose
+        # effect is float32-sized (eps outside the square root with a small eps, a one-pass
+        # variance), recomputed and named when they fit
+        return _first_line(ctx, (_check_layer_mistakes, _check_one_pass_variance)) or _precision_diagnosis(ctx.language)
+    return _first_line(ctx, CHECKS)
+
+
+def _first_line(ctx: Context, checks: tuple[Callable[[Context], str], ...]) -> str:
+    for check in checks:
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -765,8 +779,125 @@ def _check_mask_rows(ctx: Context) -> str:
     )
 
 
+# ---------------------------------------------------------------- 9. the layers' known mistakes
+
+
+def _norm_parts(inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]):
+    eps = options.get("eps")
+    return inputs["x"], inputs.get("weight"), inputs.get("bias"), 1e-5 if eps is None else float(eps)
+
+
+def _affine(y: np.ndarray, w: np.ndarray | None, b: np.ndarray | None) -> np.ndarray:
+    y = y if w is None else y * w
+    return y if b is None else y + b
+
+
+def _ln(x, eps, axis=1, ddof=0, outside=False, mu=None):
+    mu = x.mean(axis=axis, keepdims=True) if mu is None else mu
+    c = x - mu
+    var = (c * c).sum(axis=1, keepdims=True) / (x.shape[1] - ddof)
+    return c / (np.sqrt(var) + eps) if outside else c / np.sqrt(var + eps)
+
+
+def _norm_variants(op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]):
+    """(key, what the port did, its output y) for the known mistakes of ``op``."""
+    if op == "gelu":
+        form = options.get("approximate") or "none"
+        other = "tanh" if form == "none" else "none"
+        want = {"none": "the erf form", "tanh": "the tanh approximation"}
+        yield (
+            f"gelu={other}",
+            f'gelu computes {want[other]} where approximate = "{form}" asks for {want[form]}',
+            lambda: _reference("gelu", inputs, {**options, "approximate": other})["y"],
+        )
+        return
+    x, w, b, eps = _norm_parts(inputs, options)
+    if op == "rms_norm":
+        yield (
+            "rms=centred",
+            "rms_norm divides by the centred standard deviation (layer_norm's), not the root mean square",
+            lambda: _affine(x / np.sqrt(x.var(axis=1, keepdims=True) + eps), w, None),
+        )
+        yield (
+            "rms=no_eps",
+            "eps is missing: x / sqrt(mean(x^2)) (a zero token divides 0 by 0)",
+            lambda: _affine(x / np.sqrt((x * x).mean(axis=1, keepdims=True)), w, None),
+        )
+        yield (
+            "rms=eps_outside",
+            "eps is added outside the square root: sqrt(mean(x^2)) + eps instead of sqrt(mean(x^2) + eps)",
+            lambda: _affine(x / (np.sqrt((x * x).mean(axis=1, keepdims=True)) + eps), w, None),
+        )
+        return
+    if x.shape[1] > 1:
+        yield (
+            "ln=unbiased",
+            "the variance is the unbiased one (divided by d - 1, as R's var() or Julia's Statistics.var); "
+            "layer_norm's is the biased one (divided by d)",
+            lambda: _affine(_ln(x, eps, ddof=1), w, b),
+        )
+    yield (
+        "ln=eps_outside",
+        "eps is added outside the square root: sqrt(var) + eps instead of sqrt(var + eps)",
+        lambda: _affine(_ln(x, eps, outside=True), w, b),
+    )
+    yield (
+        "ln=no_eps",
+        "eps is missing: (x - mean) / sqrt(var) (a constant token divides 0 by 0)",
+        lambda: _affine(_ln(x, 0.0), w, b),
+    )
+    yield (
+        "ln=mean_over_tokens",
+        "the mean is taken over the tokens (each feature's mean) instead of over each token's features",
+        lambda: _affine(_ln(x, eps, mu=x.mean(axis=0, keepdims=True)), w, b),
+    )
+    if w is not None and b is not None:
+        yield (
+            "ln=bias_first",
+            "the bias is added before the weight multiplies: (y + bias) * weight",
+            lambda: (_ln(x, eps) + b) * w,
+        )
+    if b is not None:
+        yield ("ln=no_bias", "the bias is ignored", lambda: _affine(_ln(x, eps), w, None))
+
+
+def _check_layer_mistakes(ctx: Context) -> str:
+    """The normalisation layers' and gelu's known mistakes, each recomputed (docs/ports.md)."""
+    if ops.get(ctx.case.op).family not in ("norm", "activation"):
+        return ""
+    for key, line, run in _norm_variants(ctx.case.op, ctx.case.inputs, ctx.case.options):
+        if _fits_variant(ctx, key, lambda run=run: {ctx.output: run()}):
+            return line
+    return ""
+
+
+def _check_one_pass_variance(ctx: Context) -> str:
+    """layer_norm's variance as mean(x^2) - mean(x)^2: its error, about d u (mu^2 / (var + eps))
+    relative to each normalised value, is the only one, and only on nearly constant tokens."""
+    if ctx.case.op != "layer_norm" or ctx.expected.shape != ctx.actual.shape:
+        return ""
+    x, w, _, eps = _norm_parts(ctx.case.inputs, ctx.case.options)
+    d = x.shape[1]
+    mu, var = x.mean(axis=1, keepdims=True), x.var(axis=1, keepdims=True)
+    kappa2 = mu * mu / (var + eps)  # (n, 1)
+    core = np.abs(_ln(x, eps)) * (1.0 if w is None else np.abs(w))
+    err = np.abs(ctx.actual - ctx.expected)
+    bad_rows = (err > ctx.bound).any(axis=1)
+    u = precision.FORMATS["float64"].u
+    envelope = 4 * ctx.bound + 4 * d * u * (kappa2 + 1) * core
+    if not bad_rows.any() or not (kappa2[bad_rows] >= 1e4).all() or not (err <= envelope).all():
+        return ""
+    return (
+        "the variance is computed in one pass, mean(x^2) - mean(x)^2, which cancels on tokens whose mean is "
+        f"large beside their spread (here |mean| / std up to {math.sqrt(float(kappa2.max())):.3g}): "
+        "take the mean first, then the mean of (x - mean)^2 (or Welford's recurrence)"
+    )
+
+
 CHECKS: tuple[Callable[[Context], str], ...] = (
     _check_axes,
+    _check_layer_mistakes,
+    _check_one_pass_variance,
     _check_masked_query,
     _check_scale,
     _check_mask,

@@ -123,6 +123,24 @@ class TorchImplementation(Implementation):
         out, w = _sdpa(q, k, v, _mask(inputs.get("mask"), self.dtype), options.get("scale"))
         return {"q": q, "k": k, "v": v, "weights": w, "output": out}
 
+    def _op_layer_norm(self, inputs, options):
+        x = _t(inputs["x"])
+        w, b = inputs.get("weight"), inputs.get("bias")
+        eps = options.get("eps")
+        y = F.layer_norm(
+            x, (x.shape[-1],), None if w is None else _t(w), None if b is None else _t(b), 1e-5 if eps is None else eps
+        )
+        return {"y": y}
+
+    def _op_rms_norm(self, inputs, options):
+        x = _t(inputs["x"])
+        w = inputs.get("weight")
+        eps = options.get("eps")
+        return {"y": F.rms_norm(x, (x.shape[-1],), None if w is None else _t(w), 1e-5 if eps is None else eps)}
+
+    def _op_gelu(self, inputs, options):
+        return {"y": F.gelu(_t(inputs["x"]), approximate=options.get("approximate") or "none")}
+
     def _op_multi_head_attention(self, inputs, options):
         d = inputs["w_q"].shape[0]
         has_bias = any(f"b_{n}" in inputs for n in "qkvo")

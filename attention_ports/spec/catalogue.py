@@ -252,6 +252,8 @@ def _build_one(how: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
             "expected one of literal, normal, uniform, constant, causal, padding, sentence, sentiment_dataset, "
             "classifier_init"
         )
+    if "offset" in how:  # a constant added to every element: nearly constant rows with a large mean
+        arr = arr + float(how["offset"])
     if "tile" in how:
         arr = np.tile(arr, tuple(how["tile"]))
     if how.get("packed_heads"):

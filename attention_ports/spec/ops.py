@@ -50,6 +50,9 @@ class OpSpec:
     roles: dict[str, Role] = field(default_factory=dict)
     # name of a collection argument -> the arrays that travel inside it (R named list, Julia Dict)
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # The family whose coverage features apply (attention_ports/tools/coverage.py, FEATURES): the
+    # attention operations and the classifier share "attention", the normalisation layers "norm".
+    family: str = "attention"
 
     def role(self, array_name: str) -> Role:
         base = array_name.rsplit(".", 1)[-1]
@@ -185,5 +188,41 @@ register(
         outputs=("epoch_losses", *(f"params.{p}" for p in CLASSIFIER_PARAMS)),
         roles=_CLASSIFIER_ROLES,
         groups={"params": CLASSIFIER_PARAMS},
+    )
+)
+
+
+# The normalisation layers (reference/norms.py): rows are tokens, each normalised over its features.
+# eps (default 1e-5, as torch) is added inside the square root; weight (gain) and bias are vectors of
+# the feature width, optional.
+_NORM_ROLES = {"x": Role.TOKENS, "weight": Role.VECTOR, "bias": Role.VECTOR, "y": Role.TOKENS}
+register(
+    OpSpec(
+        "layer_norm",
+        args=("x",),
+        kwargs=("weight", "bias"),
+        options=("eps",),
+        outputs=("y",),
+        roles=_NORM_ROLES,
+        family="norm",
+    )
+)
+register(
+    OpSpec(
+        "rms_norm", args=("x",), kwargs=("weight",), options=("eps",), outputs=("y",), roles=_NORM_ROLES, family="norm"
+    )
+)
+
+
+# The activations (reference/activations.py): elementwise, rows are tokens. approximate is torch's
+# option, "none" (erf, the default when absent) or "tanh" (GPT-2's approximation).
+register(
+    OpSpec(
+        "gelu",
+        args=("x",),
+        options=("approximate",),
+        outputs=("y",),
+        roles={"x": Role.TOKENS, "y": Role.TOKENS},
+        family="activation",
     )
 )

@@ -300,6 +300,53 @@ def classifier_train_cases(draw: st.DrawFn) -> Drawn:
     return Drawn("classifier_train", inputs, options)
 
 
+# ---------------------------------------------------------------- normalisation layers
+
+NORM_EPS = (None, 1e-12, 1e-3, 1.0)  # torch's default 1e-5, negligible, and dominating small rows
+
+
+@st.composite
+def _norm_x(draw: st.DrawFn, n: int, d: int) -> np.ndarray:
+    """Rows to normalise: ordinary, large or small magnitudes, or nearly constant rows with a large
+    mean (x 2^-k + 2^m: exact), where a one-pass variance cancels."""
+    regime = draw(st.sampled_from(["ordinary", "big", "small", "offset"]))
+    x = draw(values((n, d)))
+    if regime == "big":
+        return x * 2.0**20
+    if regime == "small":
+        return x * 2.0**-20
+    if regime == "offset":
+        return x * 2.0 ** -draw(st.integers(4, 12)) + 2.0 ** draw(st.integers(4, 12))
+    return x
+
+
+@st.composite
+def layer_norm_cases(draw: st.DrawFn) -> Drawn:
+    n, d = _sizes(draw, 2)
+    inputs = {"x": draw(_norm_x(n, d))}
+    if draw(st.booleans()):
+        inputs["weight"] = draw(values((d,)))
+    if draw(st.booleans()):
+        inputs["bias"] = draw(values((d,)))
+    return Drawn("layer_norm", inputs, {"eps": draw(st.sampled_from(NORM_EPS))})
+
+
+@st.composite
+def rms_norm_cases(draw: st.DrawFn) -> Drawn:
+    n, d = _sizes(draw, 2)
+    inputs = {"x": draw(_norm_x(n, d))}
+    if draw(st.booleans()):
+        inputs["weight"] = draw(values((d,)))
+    return Drawn("rms_norm", inputs, {"eps": draw(st.sampled_from(NORM_EPS))})
+
+
+@st.composite
+def gelu_cases(draw: st.DrawFn) -> Drawn:
+    n, d = _sizes(draw, 2)
+    x = draw(values((n, d), big=draw(st.booleans()), exponents=(2, 4, 5)))  # out to the tails, +-64
+    return Drawn("gelu", {"x": x}, {"approximate": draw(st.sampled_from([None, "none", "tanh"]))})
+
+
 STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "softmax": softmax_cases,
     "scaled_dot_product_attention": sdpa_cases,
@@ -308,6 +355,9 @@ STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "classifier_forward": classifier_forward_cases,
     "classifier_step": classifier_step_cases,
     "classifier_train": classifier_train_cases,
+    "layer_norm": layer_norm_cases,
+    "rms_norm": rms_norm_cases,
+    "gelu": gelu_cases,
 }
 assert set(STRATEGIES) == set(ops.OPS), "every contract operation needs a strategy"
 

@@ -25,6 +25,7 @@ import numpy as np
 import tomllib
 
 import attention_ports.reference as reference
+from attention_ports.reference.norms import DEFAULT_EPS
 from attention_ports.spec import ops
 from attention_ports.spec.catalogue import CaseSpec, CatalogueError, build_inputs, load_catalogue
 
@@ -50,6 +51,11 @@ class Facts:
     n_k: int | None = None  # keys (softmax: columns)
     mask: np.ndarray | None = None  # additive float form, (n_q, n_k)
     mask_dtype: str | None = None
+    # the normalisation layers: each row's statistic under the square root (layer_norm: the biased
+    # variance, rms_norm: the mean square), its mean and standard deviation
+    stat: np.ndarray | None = None
+    mean: np.ndarray | None = None
+    std: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,12 @@ class Feature:
     group: str
     label: str
     test: Callable[[Facts], bool]
+    # the operation families (ops.OpSpec.family) the feature means something for; a cell of an
+    # operation of another family is neither counted nor exempted (rendered "·")
+    families: tuple[str, ...] = ("attention",)
+
+    def applies(self, op: str) -> bool:
+        return ops.get(op).family in self.families
 
 
 def _keep(f: Facts) -> np.ndarray | None:
@@ -215,6 +227,65 @@ FEATURES: tuple[Feature, ...] = (
         lambda f: f.out_logits is not None and _underflow([f.out_logits]),
     ),
 )
+
+
+def _eps(f: Facts) -> float:
+    eps = f.options.get("eps")
+    return DEFAULT_EPS if eps is None else float(eps)
+
+
+def _norm(key: str, label: str, test: Callable[[Facts], bool]) -> Feature:
+    # false, not an error, on another family's facts (which have no row statistics)
+    return Feature(f"norm.{key}", "norm", label, lambda f: f.stat is not None and test(f), families=("norm",))
+
+
+NORM_FEATURES: tuple[Feature, ...] = (
+    _norm("plain", "no weight, no bias", lambda f: "weight" not in f.inputs and "bias" not in f.inputs),
+    _norm("weight", "weight (gain) present", lambda f: "weight" in f.inputs),
+    _norm("bias", "bias present", lambda f: "bias" in f.inputs),
+    _norm("eps_default", "eps absent (1e-5)", lambda f: f.options.get("eps") is None),
+    _norm("eps_given", "eps given", lambda f: f.options.get("eps") is not None),
+    _norm("eps_dominant", "eps > a row's variance (mean square)", lambda f: bool((f.stat < _eps(f)).any())),
+    _norm(
+        "eps_negligible",
+        "eps < 1e-9 of a row's variance (mean square)",
+        lambda f: bool((_eps(f) < 1e-9 * f.stat).any()),
+    ),
+    _norm(
+        "cancellation",
+        "a nearly constant row: abs(mean) >= 1e3 std > 0 (one-pass variance cancels)",
+        lambda f: bool(((f.std > 0) & (np.abs(f.mean) >= 1e3 * f.std)).any()),
+    ),
+    _norm("one_feature", "rows of one feature (d = 1)", lambda f: f.inputs["x"].shape[1] == 1),
+    _norm("one_token", "one token (n = 1)", lambda f: f.inputs["x"].shape[0] == 1),
+    _norm("integers", "integer-valued x", lambda f: bool(np.all(f.inputs["x"] == np.round(f.inputs["x"])))),
+    _norm("large", "max abs(x) >= 1e6", lambda f: bool(np.abs(f.inputs["x"]).max() >= 1e6)),
+    _norm("small", "max abs(x) <= 1e-6", lambda f: bool(np.abs(f.inputs["x"]).max() <= 1e-6)),
+)
+
+
+def _act(key: str, label: str, test: Callable[[Facts], bool]) -> Feature:
+    # false, not an error, on another family's facts (which may have no x)
+    return Feature(
+        f"act.{key}", "activation", label, lambda f: ops.get(f.op).family == "activation" and test(f), ("activation",)
+    )
+
+
+ACTIVATION_FEATURES: tuple[Feature, ...] = (
+    _act("erf", "the erf form (approximate none or absent)", lambda f: f.options.get("approximate") in (None, "none")),
+    _act("tanh", "the tanh approximation", lambda f: f.options.get("approximate") == "tanh"),
+    _act("given", "approximate given", lambda f: f.options.get("approximate") is not None),
+    _act("negative_tail", "x <= -5 somewhere (1 + erf cancels)", lambda f: bool((f.inputs["x"] <= -5).any())),
+    _act("positive_tail", "x >= 5 somewhere (saturates)", lambda f: bool((f.inputs["x"] >= 5).any())),
+    _act(
+        "small",
+        "0 < abs(x) <= 1e-6 somewhere",
+        lambda f: bool(((f.inputs["x"] != 0) & (abs(f.inputs["x"]) <= 1e-6)).any()),
+    ),
+    _act("zero", "an exact 0", lambda f: bool((f.inputs["x"] == 0).any())),
+    _act("integers", "integer-valued x", lambda f: bool(np.all(f.inputs["x"] == np.round(f.inputs["x"])))),
+)
+FEATURES = FEATURES + NORM_FEATURES + ACTIVATION_FEATURES
 FEATURE_KEYS = {feat.key for feat in FEATURES}
 GROUPS = {feat.group for feat in FEATURES}
 
@@ -247,7 +318,7 @@ def facts_of(case: CaseSpec) -> Facts:
 def features_of(op: str, options: Mapping[str, Any], inputs: Mapping[str, np.ndarray]) -> set[str]:
     """The feature keys one call exercises (a generated case's, say), read from its data."""
     facts = facts_from(op, options, dict(inputs), "generated")
-    return {feat.key for feat in FEATURES if feat.test(facts)}
+    return {feat.key for feat in FEATURES if feat.applies(op) and feat.test(facts)}
 
 
 def facts_from(op: str, options: Mapping[str, Any], inputs: dict[str, np.ndarray], case_id: str) -> Facts:
@@ -294,6 +365,12 @@ def facts_from(op: str, options: Mapping[str, Any], inputs: dict[str, np.ndarray
         f.out_logits = fw.pooled[None, :]
     elif op == "classifier_train":
         pass  # its regimes are classifier_step's, per sentence: marked not applicable in the catalogue
+    elif ops.get(op).family == "activation":
+        pass  # elementwise: its features read the inputs and options themselves
+    elif ops.get(op).family == "norm":
+        x = inputs["x"]
+        f.mean, f.std = x.mean(axis=1), x.std(axis=1)
+        f.stat = f.std**2 if op == "layer_norm" else (x * x).mean(axis=1)
     else:  # a new operation needs its facts here before the catalogue can declare its coverage
         raise CatalogueError(f"case {case_id!r}: the coverage matrix knows no operation {op!r}")
     return f
@@ -386,7 +463,7 @@ class Matrix:
         out = []
         for op in self.ops:
             for feat in FEATURES:
-                if (op, feat.key) in self.spec.exemptions:
+                if (op, feat.key) in self.spec.exemptions or not feat.applies(op):
                     continue
                 got = self.cells[(op, feat.key)]
                 if len(got) < MIN_CASES:
@@ -410,7 +487,7 @@ def build_matrix(catalogue_path: Path) -> Matrix:
     hits: dict[str, set[str]] = {}
     for case in catalogue.cases:
         facts = facts_of(case)
-        hits[case.id] = {feat.key for feat in FEATURES if feat.test(facts)}
+        hits[case.id] = {feat.key for feat in FEATURES if feat.applies(case.op) and feat.test(facts)}
         for key in hits[case.id]:
             cells[(case.op, key)].append(case.id)
     combos = {
@@ -428,6 +505,9 @@ SHORT = {
     "classifier_forward": "clf forward",
     "classifier_step": "clf step",
     "classifier_train": "clf train",
+    "layer_norm": "layer norm",
+    "rms_norm": "rms norm",
+    "gelu": "gelu",
 }
 
 
@@ -440,7 +520,9 @@ def render_markdown(matrix: Matrix) -> str:
         for op in matrix.ops:
             exempt = matrix.spec.exemptions.get((op, feat.key))
             n = len(matrix.cells[(op, feat.key)])
-            if exempt is None:
+            if not feat.applies(op):
+                row.append("·")
+            elif exempt is None:
                 row.append(f"{n}" if n >= MIN_CASES else f"**{n}**")
             else:
                 row.append(exempt.kind)
@@ -455,6 +537,8 @@ def render_markdown(matrix: Matrix) -> str:
         lines.append(f"**{op}**")
         lines.append("")
         for feat in FEATURES:
+            if not feat.applies(op):
+                continue
             exempt = matrix.spec.exemptions.get((op, feat.key))
             if exempt is not None:
                 if exempt.kind == "deferred":

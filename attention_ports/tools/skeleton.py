@@ -88,6 +88,9 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         **_PARAMS,
         "epoch_losses": ("epochs",),
     },
+    "layer_norm": {"x": ("n", "d"), "weight": ("d",), "bias": ("d",), "y": ("n", "d")},
+    "rms_norm": {"x": ("n", "d"), "weight": ("d",), "y": ("n", "d")},
+    "gelu": {"x": ("n", "d"), "y": ("n", "d")},
 }
 
 #: What each scalar option is, and its default (None: the language's "absent").
@@ -100,6 +103,11 @@ OPTIONS: dict[str, tuple[str, dict[str, str] | None]] = {
         "names of parameters not to update (their gradients are still returned)",
         {"r": "character(0)", "julia": "String[]"},
     ),
+    "approximate": (
+        '"none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2\'s approximation), as torch',
+        {"r": '"none"', "julia": '"none"'},
+    ),
+    "eps": ("a number >= 0 added inside the square root (1e-5 when absent, as torch)", {"r": "1e-5", "julia": "1e-5"}),
 }
 
 _ABSENT = {"r": "NULL", "julia": "nothing"}
@@ -137,6 +145,19 @@ NOTES: dict[str, str] = {
         "Sentence i is the next lengths[i] tokens of tokens (0: a sentence with no known words: skip it).\n"
         "For each epoch, one classifier_step per sentence in order, positions restarting at 0;\n"
         "epoch_losses = the mean pre-update loss over the trained sentences."
+    ),
+    "layer_norm": (
+        "Each token (x's row in R, column in Julia) normalised over its d features:\n"
+        "(x - mean) / sqrt(var + eps) * weight + bias, var the biased variance (divided by d), eps inside\n"
+        "the square root. Compute var in two passes (the mean, then the mean of (x - mean)^2): the\n"
+        "one-pass mean(x^2) - mean^2 cancels on nearly constant tokens with a large mean."
+    ),
+    "gelu": (
+        'Elementwise. approximate = "none": 0.5 x (1 + erf(x / sqrt(2))) (R: x * pnorm(x));\n'
+        '"tanh": 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).'
+    ),
+    "rms_norm": (
+        "Each token normalised by its root mean square: x / sqrt(mean(x^2) + eps) * weight (no centring,\nno bias)."
     ),
 }
 

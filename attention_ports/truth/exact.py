@@ -688,6 +688,15 @@ GRAPHS = {
 ROW_SUBSET_OPS = ("scaled_dot_product_attention", "self_attention", "multi_head_attention")
 
 
+def register_graph(op: str, fn: Callable[..., dict[str, Out]]) -> None:
+    """Add the graph of ``op`` (``fn(g, inputs, options)``): a family of operations keeps its graphs
+    and bound rules in its own module (``truth/norms.py``), which registers them on import; the
+    engine imports the family modules (``engine.FAMILIES``)."""
+    if op in GRAPHS:
+        raise ValueError(f"an exact graph for {op!r} is registered twice")
+    GRAPHS[op] = fn
+
+
 def run_graph(
     op: str,
     inputs: Mapping[str, np.ndarray],

@@ -465,3 +465,37 @@ def test_a_correct_log_domain_port_is_never_told_it_has_a_mistake(lang: str, por
             if o.status == "fail":
                 assert o.diagnosis == "", (r.case, o.output, o.diagnosis)
                 assert o.max_rel_err is not None and o.max_rel_err < 1e-11, (r.case, o.output)
+
+
+# ---------------------------------------------------------------- the normalisation layers and gelu
+
+
+def _layer_norm(x: np.ndarray, eps: float, ddof: int = 0, one_pass: bool = False) -> np.ndarray:
+    mu = x.mean(axis=1, keepdims=True)
+    if one_pass:
+        var = (x * x).mean(axis=1, keepdims=True) - mu * mu
+    else:
+        var = ((x - mu) ** 2).sum(axis=1, keepdims=True) / (x.shape[1] - ddof)
+    return (x - mu) / np.sqrt(var + eps)
+
+
+@pytest.mark.parametrize(
+    ("cid", "mistake", "line"),
+    [
+        ("ln_integers_plain", lambda x, w, b: _layer_norm(x, 1e-5, ddof=1), "the variance is the unbiased one"),
+        ("ln_cancellation_eps0", lambda x, w, b: _layer_norm(x, 0.0, one_pass=True) * w + b, "computed in one pass"),
+        ("ln_affine_random", lambda x, w, b: (_layer_norm(x, 1e-3) + b) * w, "the bias is added before the weight"),
+        ("ln_integers_plain", lambda x, w, b: _layer_norm(x, 0.0), "eps is missing"),
+    ],
+)
+def test_a_layer_norm_mistake_is_named(cid: str, mistake, line: str) -> None:
+    c = case(cid)
+    x, w, b = c.inputs["x"], c.inputs.get("weight"), c.inputs.get("bias")
+    assert line in diagnose.explain(c, "y", mistake(x, w, b))
+
+
+def test_gelu_in_the_other_form_is_named_and_a_correct_one_is_not() -> None:
+    c = case("gelu_erf_random")
+    tanh = call_reference("gelu", c.inputs, {"approximate": "tanh"})["y"]
+    assert "computes the tanh approximation where approximate" in diagnose.explain(c, "y", tanh)
+    assert diagnose.explain(c, "y", call_reference("gelu", c.inputs, {})["y"]) == ""

@@ -24,6 +24,7 @@ from attention_ports.runtimes.impl import Implementation
 from attention_ports.spec import strategies
 from attention_ports.spec.catalogue import load_catalogue
 from attention_ports.tiers import random as generated
+from attention_ports.tools import coverage
 from attention_ports.truth import engine as truth
 
 PROFILE = generated.profile()
@@ -50,6 +51,10 @@ MUST_REACH = {
     "classifier_forward": {"regime.one_query", "regime.ties", "regime.out_overflow", "regime.distinct"},
     "classifier_step": {"regime.one_query", "regime.out_overflow", "train.frozen", "train.unfrozen"},
     "classifier_train": {"train.frozen", "train.unfrozen", "train.empty"},
+    # the families with their own features: every one of them (rms_norm has no bias)
+    "layer_norm": {f.key for f in coverage.NORM_FEATURES},
+    "rms_norm": {f.key for f in coverage.NORM_FEATURES} - {"norm.bias"},
+    "gelu": {f.key for f in coverage.ACTIVATION_FEATURES},
 }
 
 

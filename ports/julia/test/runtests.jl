@@ -1,5 +1,5 @@
-# Native tests of our Julia port (ports/julia/src/attention.jl and classifier.jl; the classifier's
-# test sets are in classifier_tests.jl), standard library only.
+# Native tests of our Julia port (ports/julia/src/*.jl; the classifier's, the norms' and gelu's
+# test sets are in classifier_tests.jl, norms_tests.jl and activations_tests.jl), standard library only.
 #
 #   julia ports/julia/test/runtests.jl
 #
@@ -12,6 +12,8 @@ using Random: MersenneTwister
 
 include(joinpath(@__DIR__, "..", "src", "attention.jl"))
 include(joinpath(@__DIR__, "..", "src", "classifier.jl"))
+include(joinpath(@__DIR__, "..", "src", "norms.jl"))
+include(joinpath(@__DIR__, "..", "src", "activations.jl"))
 
 # --- independent loop implementations ------------------------------------------------------------
 function naive_softmax_column(s::AbstractVector)
@@ -157,6 +159,8 @@ try
     end
 
     include(joinpath(@__DIR__, "classifier_tests.jl"))
+    include(joinpath(@__DIR__, "norms_tests.jl"))
+    include(joinpath(@__DIR__, "activations_tests.jl"))
 finally
     Test.pop_testset()
 end

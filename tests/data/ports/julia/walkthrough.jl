@@ -184,3 +184,38 @@ end
 function classifier_train(tokens, lengths, labels, params, lr, epochs; frozen = String[])
     error("classifier_train is not written yet")
 end
+
+# layer_norm(x; weight = nothing, bias = nothing, eps = 1e-5)
+# Each token (x's row in R, column in Julia) normalised over its d features:
+# (x - mean) / sqrt(var + eps) * weight + bias, var the biased variance (divided by d), eps inside
+# the square root. Compute var in two passes (the mean, then the mean of (x - mean)^2): the
+# one-pass mean(x^2) - mean^2 cancels on nearly constant tokens with a large mean.
+#   x       d x n; one token per column
+#   weight  vector, length d, or nothing
+#   bias    vector, length d, or nothing
+#   eps     a number >= 0 added inside the square root (1e-5 when nothing, as torch)
+# returns the d x n array itself
+function layer_norm(x; weight = nothing, bias = nothing, eps = 1e-5)
+    error("layer_norm is not written yet")
+end
+
+# rms_norm(x; weight = nothing, eps = 1e-5)
+# Each token normalised by its root mean square: x / sqrt(mean(x^2) + eps) * weight (no centring,
+# no bias).
+#   x       d x n; one token per column
+#   weight  vector, length d, or nothing
+#   eps     a number >= 0 added inside the square root (1e-5 when nothing, as torch)
+# returns the d x n array itself
+function rms_norm(x; weight = nothing, eps = 1e-5)
+    error("rms_norm is not written yet")
+end
+
+# gelu(x; approximate = "none")
+# Elementwise. approximate = "none": 0.5 x (1 + erf(x / sqrt(2))) (R: x * pnorm(x));
+# "tanh": 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+#   x            d x n; one token per column
+#   approximate  "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns the d x n array itself
+function gelu(x; approximate = "none")
+    error("gelu is not written yet")
+end

@@ -185,3 +185,38 @@ classifier_step <- function(x_emb, label, params, lr, frozen = character(0)) {
 classifier_train <- function(tokens, lengths, labels, params, lr, epochs, frozen = character(0)) {
   stop("classifier_train is not written yet")
 }
+
+# layer_norm(x, weight = NULL, bias = NULL, eps = 1e-5)
+# Each token (x's row in R, column in Julia) normalised over its d features:
+# (x - mean) / sqrt(var + eps) * weight + bias, var the biased variance (divided by d), eps inside
+# the square root. Compute var in two passes (the mean, then the mean of (x - mean)^2): the
+# one-pass mean(x^2) - mean^2 cancels on nearly constant tokens with a large mean.
+#   x       n x d; one token per row
+#   weight  vector, length d, or NULL
+#   bias    vector, length d, or NULL
+#   eps     a number >= 0 added inside the square root (1e-5 when NULL, as torch)
+# returns the n x d array itself
+layer_norm <- function(x, weight = NULL, bias = NULL, eps = 1e-5) {
+  stop("layer_norm is not written yet")
+}
+
+# rms_norm(x, weight = NULL, eps = 1e-5)
+# Each token normalised by its root mean square: x / sqrt(mean(x^2) + eps) * weight (no centring,
+# no bias).
+#   x       n x d; one token per row
+#   weight  vector, length d, or NULL
+#   eps     a number >= 0 added inside the square root (1e-5 when NULL, as torch)
+# returns the n x d array itself
+rms_norm <- function(x, weight = NULL, eps = 1e-5) {
+  stop("rms_norm is not written yet")
+}
+
+# gelu(x, approximate = "none")
+# Elementwise. approximate = "none": 0.5 x (1 + erf(x / sqrt(2))) (R: x * pnorm(x));
+# "tanh": 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+#   x            n x d; one token per row
+#   approximate  "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns the n x d array itself
+gelu <- function(x, approximate = "none") {
+  stop("gelu is not written yet")
+}

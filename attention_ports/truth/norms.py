@@ -1,0 +1,201 @@
+"""The normalisation layers' exact truth and error bounds: ``layer_norm`` and ``rms_norm``.
+
+A family's truth lives in one module: its graphs (ball arithmetic, run by ``engine`` like every
+graph of ``exact``) and the bound rules they call, registered with ``exact.register_graph``.
+
+**Values.** Row by row, with n the row's length (its features) and S = sum_k x_k (exact: a sum of
+doubles in arb), the centred entries are ``c_j = (n x_j - S) / n``, so that a constant row, or a
+row of length 1, is centred to exactly 0 (a ball ``x - S/n`` would keep a radius around 0 that no
+working precision rounds to a double). ``v = sum c^2 / n`` (biased), ``r = 1 / sqrt(v + eps)``,
+``y = c r w + b``; rms_norm: ``ms = sum x^2 / n``, ``r = 1 / sqrt(ms + eps)``, ``y = x r w``.
+
+**Bounds (the mixed forward-backward rule of ``bounds``, docs/truth-and-bounds.md, "Normalisation
+layers").** A correct implementation computes each row's statistics as the exact statistics of its
+inputs perturbed relatively by ``rho = gamma(n + 2) + C_IN u`` each (a sum of n terms in any order,
+the division by n, and the inputs' own relative perturbation: the backward part), and rounds every
+result it forms at the size of its operands. Unit roundoff and constants are read from ``bounds``
+at call time (the float32 tier swaps them: ``truth/precision.py``). Per row, with
+``m1 = mean |x_k|``:
+
+* mean: ``|mu' - mu| <= E_mu = rho m1``;
+* centred entries ``c' = fl(x_j - mu')``, x_j itself perturbed by ``C_IN u |x_j|`` (a fused
+  ``x_j s - mu s`` formulation rounds there)::
+
+      E_c,j = E_mu + C_IN u |x_j| + u (|c_j| + E_mu + C_IN u |x_j|)
+
+* variance ``v' = fl(mean(c'^2))``, or a one-sweep Welford recurrence (its error, n kappa u
+  relative with kappa ~ |mu| / std, Chan, Golub and LeVeque 1983, is the backward term)::
+
+      E_v = 2 mean(|c| E_c) + mean(E_c^2) + gamma(n + 1) mean((|c| + E_c)^2) + 2 rho mean(|c| |x|)
+
+  (rms_norm: ``E_ms = (gamma(n + 1) + 2 rho) ms``: no centring);
+* ``s = v + eps`` adds one rounding: ``E_s = E_v + u (v + E_v + eps)``; with ``t = E_s / (v + eps)``
+  (refused past ``MAX_FIRST_ORDER``: a row whose variance the rounding can swamp, eps too small to
+  rescue it), ``r' = r (1 + theta)``, ``|theta| <= t / 2 + t^2 + C_SQRT u`` (the square root and
+  the reciprocal, or an rsqrt within two ulps);
+* ``y = c' r'`` rounds once: ``e_y,j = r ((|c_j| + E_c,j)(1 + theta)(1 + u) - |c_j|)``
+  (rms_norm: ``c = x`` with ``E_c,j = C_IN u |x_j| (1 + u)``);
+* the affine part ``y w + b`` (one or two roundings, in either association with the scale ``r w``):
+  ``e = |w| e_y + gamma(k) ((|y| + e_y) |w| + |b|)``, k = 2 with a bias, else 1.
+
+So a correct row is off by about ``n u |mu| / std`` relative where its mean dominates (the
+condition of centring), while the one-pass ``mean(x^2) - mean(x)^2`` is off by ``u mu^2 / var``:
+on a row with ``|mu| / std = 1e4`` the bound allows ~1e-11 and one-pass errs by ~1e-8.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flint import arb
+
+from attention_ports.reference.norms import DEFAULT_EPS
+from attention_ports.truth import arbmat as am
+from attention_ports.truth import bounds, exact
+from attention_ports.truth.exact import Graph, InputError, Out, T
+
+C_SQRT = 3  # roundings of r = 1 / sqrt(s): the square root and the division (or an rsqrt, 2 ulps)
+
+
+def _eps(options: Mapping[str, Any]) -> arb:
+    eps = options.get("eps")
+    if eps is None:
+        return arb(DEFAULT_EPS)  # the double nearest 1e-5, as every port's default
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+        raise InputError(f"eps must be a finite number >= 0 or None; got {eps!r}")
+    return arb(float(eps))
+
+
+def rho(n: int) -> arb:
+    """Relative perturbation of each input in a row's statistics (the backward part of the rule)."""
+    return bounds.gamma(n + 2) + bounds.C_IN * bounds.U
+
+
+def scale_error(s: arb, e_s: arb) -> arb:
+    """``theta``: the relative error of ``r = 1 / sqrt(s)`` computed from ``s`` with error ``e_s``."""
+    t = e_s / s
+    if not (t < bounds.MAX_FIRST_ORDER):
+        raise bounds.BoundError(
+            f"a row's variance plus eps ({s.upper()}) is within {t.upper()} relative of its rounding error: "
+            "the first-order analysis does not apply (a nearly constant row with eps too small)"
+        )
+    return t / 2 + t * t + C_SQRT * bounds.U
+
+
+def layer_norm_row(x: list[arb], c: list[arb], v: arb, eps: arb) -> list[arb]:
+    """Error bounds of ``c_j r`` for one row (before the affine part): the module's rule."""
+    n = len(x)
+    u, r_n = bounds.U, rho(n)
+    xa = [xi.abs_upper() for xi in x]
+    ca = [ci.abs_upper() for ci in c]
+    e_mu = r_n * sum(xa, arb(0)) / n
+    e_c = [e_mu + bounds.C_IN * u * xj + u * (cj + e_mu + bounds.C_IN * u * xj) for xj, cj in zip(xa, ca, strict=True)]
+    e_v = (
+        2 * sum((cj * ej for cj, ej in zip(ca, e_c, strict=True)), arb(0)) / n
+        + sum((ej * ej for ej in e_c), arb(0)) / n
+        + bounds.gamma(n + 1) * sum(((cj + ej) ** 2 for cj, ej in zip(ca, e_c, strict=True)), arb(0)) / n
+        + 2 * r_n * sum((cj * xj for cj, xj in zip(ca, xa, strict=True)), arb(0)) / n
+    )
+    return _scaled(ca, e_c, v.abs_upper(), e_v, eps)
+
+
+def rms_norm_row(x: list[arb], ms: arb, eps: arb) -> list[arb]:
+    """Error bounds of ``x_j r`` for one row of rms_norm (before the weight): the module's rule."""
+    n = len(x)
+    u = bounds.U
+    xa = [xi.abs_upper() for xi in x]
+    e_ms = (bounds.gamma(n + 1) + 2 * rho(n)) * ms.abs_upper()
+    e_c = [bounds.C_IN * u * xj * (1 + u) for xj in xa]
+    return _scaled(xa, e_c, ms.abs_upper(), e_ms, eps)
+
+
+def _scaled(ca: list[arb], e_c: list[arb], v: arb, e_v: arb, eps: arb) -> list[arb]:
+    u = bounds.U
+    s = v + eps
+    theta = scale_error(s, e_v + u * (s + e_v))
+    r = s.rsqrt().abs_upper()
+    return [r * ((cj + ej) * (1 + theta) * (1 + u) - cj) for cj, ej in zip(ca, e_c, strict=True)]
+
+
+def affine_error(y: list[arb], e_y: list[arb], w: list[arb] | None, b: list[arb] | None) -> list[arb]:
+    """Error of ``y w + b`` entrywise (w, b absent: 1, 0), from y's error bound."""
+    k = (w is not None) + (b is not None)
+    out = []
+    for j, (yj, ej) in enumerate(zip(y, e_y, strict=True)):
+        wa = w[j].abs_upper() if w is not None else arb(1)
+        ba = b[j].abs_upper() if b is not None else arb(0)
+        out.append(wa * ej + (bounds.gamma(k) * ((yj.abs_upper() + ej) * wa + ba) if k else arb(0)))
+    return out
+
+
+# -------------------------------------------------------------------- the graphs
+
+
+def _x(inputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, list[list[arb]]]:
+    x = exact._f64(inputs, "x", 2)
+    return x, am.rows_of(am.from_array(x))
+
+
+def _vec(inputs: Mapping[str, np.ndarray], name: str, d: int) -> list[arb] | None:
+    t = exact._bias(inputs, name, d)
+    return None if t is None else t.v.entries()
+
+
+def _finish(g: Graph, shape: tuple[int, int], y: list[arb], e_y: list[arb] | None, w, b) -> dict[str, Out]:
+    d = shape[1]
+    out = []
+    for i, yi in enumerate(y):
+        j = i % d
+        if w is not None:
+            yi = yi * w[j]
+        if b is not None:
+            yi = yi + b[j]
+        out.append(yi)
+    e = None
+    if g.track:
+        e_rows = [
+            affine_error(y[i : i + d], e_y[i : i + d], w, b)  # type: ignore[index]
+            for i in range(0, len(y), d)
+        ]
+        e = am.build(shape[0], d, [x for row in e_rows for x in row])
+    t = T(am.build(shape[0], d, out), e)
+    return {"y": Out(t, shape)}
+
+
+def layer_norm(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
+    x_arr, rows = _x(inputs)
+    n_rows, d = x_arr.shape
+    w, b, eps = _vec(inputs, "weight", d), _vec(inputs, "bias", d), _eps(options)
+    y: list[arb] = []
+    e_y: list[arb] = []
+    for row in rows:
+        total = sum(row, arb(0))
+        c = [(d * xj - total) / d for xj in row]  # exactly 0 on a constant row
+        v = sum((cj * cj for cj in c), arb(0)) / d
+        r = (v + eps).rsqrt()
+        y.extend(cj * r for cj in c)
+        if g.track:
+            e_y.extend(layer_norm_row(row, c, v, eps))
+    return _finish(g, (n_rows, d), y, e_y if g.track else None, w, b)
+
+
+def rms_norm(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
+    x_arr, rows = _x(inputs)
+    n_rows, d = x_arr.shape
+    w, eps = _vec(inputs, "weight", d), _eps(options)
+    y: list[arb] = []
+    e_y: list[arb] = []
+    for row in rows:
+        ms = sum((xj * xj for xj in row), arb(0)) / d
+        r = (ms + eps).rsqrt()
+        y.extend(xj * r for xj in row)
+        if g.track:
+            e_y.extend(rms_norm_row(row, ms, eps))
+    return _finish(g, (n_rows, d), y, e_y if g.track else None, w, None)
+
+
+exact.register_graph("layer_norm", layer_norm)
+exact.register_graph("rms_norm", rms_norm)
