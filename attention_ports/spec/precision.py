@@ -43,6 +43,9 @@ TIER_OPS = (
     "classifier_forward",
     "classifier_step",
     "classifier_train",
+    "layer_norm",
+    "rms_norm",
+    "gelu",
 )
 # The operations of the tiers with a storage format (the mixed tiers and float16): the attention
 # kernel, whose rounding points (inputs, the weights before V, outputs) the rule states. A
