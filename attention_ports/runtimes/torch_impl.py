@@ -124,22 +124,28 @@ class TorchImplementation(Implementation):
         return {"q": q, "k": k, "v": v, "weights": w, "output": out}
 
     def _op_layer_norm(self, inputs, options):
-        x = _t(inputs["x"])
+        x = _t(inputs["x"], self.dtype)
         w, b = inputs.get("weight"), inputs.get("bias")
         eps = options.get("eps")
         y = F.layer_norm(
-            x, (x.shape[-1],), None if w is None else _t(w), None if b is None else _t(b), 1e-5 if eps is None else eps
+            x,
+            (x.shape[-1],),
+            None if w is None else _t(w, self.dtype),
+            None if b is None else _t(b, self.dtype),
+            1e-5 if eps is None else eps,
         )
         return {"y": y}
 
     def _op_rms_norm(self, inputs, options):
-        x = _t(inputs["x"])
+        x = _t(inputs["x"], self.dtype)
         w = inputs.get("weight")
         eps = options.get("eps")
-        return {"y": F.rms_norm(x, (x.shape[-1],), None if w is None else _t(w), 1e-5 if eps is None else eps)}
+        return {
+            "y": F.rms_norm(x, (x.shape[-1],), None if w is None else _t(w, self.dtype), 1e-5 if eps is None else eps)
+        }
 
     def _op_gelu(self, inputs, options):
-        return {"y": F.gelu(_t(inputs["x"]), approximate=options.get("approximate") or "none")}
+        return {"y": F.gelu(_t(inputs["x"], self.dtype), approximate=options.get("approximate") or "none")}
 
     def _op_multi_head_attention(self, inputs, options):
         d = inputs["w_q"].shape[0]
