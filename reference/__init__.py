@@ -29,10 +29,12 @@ from attention_ports.reference.classifier import (
     unpack_dataset,
 )
 from attention_ports.reference.masks import as_additive_mask, causal_mask, key_padding_mask
+from attention_ports.reference.positions import PAIRINGS, rotary_embedding, sinusoidal_positions
 
 __version__ = "1.0.0"
 
 __all__ = [
+    "PAIRINGS",
     "AttentionResult",
     "ClassifierForward",
     "ClassifierStep",
@@ -50,8 +52,10 @@ __all__ = [
     "key_padding_mask",
     "multi_head_attention",
     "pack_dataset",
+    "rotary_embedding",
     "scaled_dot_product_attention",
     "self_attention",
+    "sinusoidal_positions",
     "softmax",
     "train_classifier",
     "unpack_dataset",

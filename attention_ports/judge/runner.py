@@ -31,7 +31,7 @@ from attention_ports.runtimes.impl import (
     OperationMissing,
 )
 from attention_ports.runtimes.supervisor import output_section
-from attention_ports.spec import conventions, precision
+from attention_ports.spec import conventions, pairing, precision
 
 
 def in_ci() -> bool:
@@ -80,8 +80,10 @@ def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult
             for name in case.expected
         ]
 
+    # a port declaring the other rotary pairing gets the features permuted into its own (exact)
+    inputs, options, undo = pairing.for_port(case.op, case.inputs, case.options, getattr(impl, "rope_pairing", None))
     try:
-        actual = impl.run(case.op, case.inputs, case.options)
+        actual = undo(impl.run(case.op, inputs, options))
     except OperationMissing as exc:
         return every("missing", f"case {case.id!r}: {exc}")
     except ImplementationError as exc:

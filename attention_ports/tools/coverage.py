@@ -215,6 +215,46 @@ FEATURES: tuple[Feature, ...] = (
         lambda f: f.out_logits is not None and _underflow([f.out_logits]),
     ),
 )
+# The position operations (reference/positions.py): one group, so every other operation exempts
+# it with one line (and they exempt the attention groups).
+FAR_POSITION = 1000  # beyond it a float64 angle carries ~1e-13 absolute error (truth/positions.py)
+
+
+def _positions(f: Facts) -> np.ndarray:
+    if "positions" in f.inputs:
+        return np.asarray(f.inputs["positions"], dtype=np.float64)
+    return np.arange(f.n_q or 0, dtype=np.float64)
+
+
+POSITION_FEATURES: tuple[Feature, ...] = (
+    Feature(
+        "positions.halves",
+        "positions",
+        "rotary pairing halves (i, i + d/2)",
+        lambda f: f.op == "rotary_embedding" and f.options.get("pairing", "halves") == "halves",
+    ),
+    Feature(
+        "positions.interleaved",
+        "positions",
+        "rotary pairing interleaved (2i, 2i + 1)",
+        lambda f: f.op == "rotary_embedding" and f.options.get("pairing") == "interleaved",
+    ),
+    Feature(
+        "positions.default", "positions", "positions 0 .. n - 1 (none given)", lambda f: "positions" not in f.inputs
+    ),
+    Feature("positions.explicit", "positions", "explicit positions given", lambda f: "positions" in f.inputs),
+    Feature(
+        "positions.far",
+        "positions",
+        f"a position beyond {FAR_POSITION} (large angles)",
+        lambda f: bool((np.abs(_positions(f)) > FAR_POSITION).any()),
+    ),
+    Feature("positions.d2", "positions", "d = 2 (one frequency)", lambda f: f.dims.get("d") == 2),
+    Feature("positions.d64", "positions", "d >= 64", lambda f: f.dims.get("d", 0) >= 64),
+    Feature("positions.base_default", "positions", "base = 10000", lambda f: f.options.get("base") is None),
+    Feature("positions.base_custom", "positions", "another base", lambda f: f.options.get("base") is not None),
+)
+FEATURES = FEATURES + POSITION_FEATURES
 FEATURE_KEYS = {feat.key for feat in FEATURES}
 GROUPS = {feat.group for feat in FEATURES}
 
@@ -292,6 +332,12 @@ def facts_from(op: str, options: Mapping[str, Any], inputs: dict[str, np.ndarray
         f.dims = {"n": n, "d": d, "c": fw.f.shape[1]}
         f.logits = [(fw.q @ fw.k.T) / np.sqrt(d)]
         f.out_logits = fw.pooled[None, :]
+    elif op == "sinusoidal_positions":
+        f.n_q = int(options["n"])
+        f.dims = {"n": f.n_q, "d": int(options["d"])}
+    elif op == "rotary_embedding":
+        f.n_q, d = inputs["x"].shape
+        f.dims = {"n": f.n_q, "d": d}
     elif op == "classifier_train":
         pass  # its regimes are classifier_step's, per sentence: marked not applicable in the catalogue
     else:  # a new operation needs its facts here before the catalogue can declare its coverage
@@ -428,6 +474,8 @@ SHORT = {
     "classifier_forward": "clf forward",
     "classifier_step": "clf step",
     "classifier_train": "clf train",
+    "sinusoidal_positions": "sinusoidal",
+    "rotary_embedding": "RoPE",
 }
 
 

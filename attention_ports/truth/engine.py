@@ -38,8 +38,12 @@ import flint
 import numpy as np
 from flint import arb, arb_mat, ctx
 
-from attention_ports.truth import bounds, exact, rounding
+from attention_ports.truth import bounds, exact, positions, rounding
 from attention_ports.truth.exact import BOUND_PREC, InputError, Out
+
+# Operations whose graphs live in a module of their own (it builds on exact's Graph, T and Out,
+# so exact cannot import it back): registered here, where every truth computation enters.
+exact.GRAPHS.update(positions.GRAPHS)
 
 LIBRARY = "python-flint"
 METHOD = "arb ball arithmetic, certified round-to-nearest"
