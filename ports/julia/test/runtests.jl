@@ -1,5 +1,5 @@
-# Native tests of our Julia port (ports/julia/src/attention.jl and classifier.jl; the classifier's
-# test sets are in classifier_tests.jl), standard library only.
+# Native tests of our Julia port (ports/julia/src/*.jl; the classifier's and the position
+# operations' test sets are in classifier_tests.jl and positions_tests.jl), standard library only.
 #
 #   julia ports/julia/test/runtests.jl
 #
@@ -12,6 +12,7 @@ using Random: MersenneTwister
 
 include(joinpath(@__DIR__, "..", "src", "attention.jl"))
 include(joinpath(@__DIR__, "..", "src", "classifier.jl"))
+include(joinpath(@__DIR__, "..", "src", "positions.jl"))
 
 # --- independent loop implementations ------------------------------------------------------------
 function naive_softmax_column(s::AbstractVector)
@@ -157,6 +158,7 @@ try
     end
 
     include(joinpath(@__DIR__, "classifier_tests.jl"))
+    include(joinpath(@__DIR__, "positions_tests.jl"))
 finally
     Test.pop_testset()
 end
