@@ -33,7 +33,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from attention_ports.spec import ops
+from attention_ports.spec import ops, pairing
 
 MAX_SIZE = 6  # every size is drawn from 1..MAX_SIZE (heads: fewer), so a case costs milliseconds
 CLASSES = 3  # seed 003's classifier: negative, neutral, positive
@@ -300,6 +300,32 @@ def classifier_train_cases(draw: st.DrawFn) -> Drawn:
     return Drawn("classifier_train", inputs, options)
 
 
+BASES = (None, 100.0, 10000.0, 500000.0)  # None: the default 10000; 500000 is Llama 3's
+MAX_POSITION = 8192
+
+
+@st.composite
+def sinusoidal_cases(draw: st.DrawFn) -> Drawn:
+    options: dict[str, Any] = {"n": draw(st.integers(1, 40)), "d": 2 * draw(st.integers(1, 8))}
+    base = draw(st.sampled_from(BASES))
+    if base is not None:
+        options["base"] = base
+    return Drawn("sinusoidal_positions", {}, options)
+
+
+@st.composite
+def rotary_cases(draw: st.DrawFn) -> Drawn:
+    n, d = draw(st.integers(1, MAX_SIZE)), 2 * draw(st.integers(1, 8))
+    inputs = {"x": draw(values((n, d)))}
+    if draw(st.booleans()):  # explicit positions, large ones included (the angle's rounding grows with p)
+        inputs["positions"] = np.array(draw(st.lists(st.integers(0, MAX_POSITION), min_size=n, max_size=n)), float)
+    options: dict[str, Any] = {"pairing": draw(st.sampled_from(pairing.PAIRINGS))}
+    base = draw(st.sampled_from(BASES))
+    if base is not None:
+        options["base"] = base
+    return Drawn("rotary_embedding", inputs, options)
+
+
 STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "softmax": softmax_cases,
     "scaled_dot_product_attention": sdpa_cases,
@@ -308,6 +334,8 @@ STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "classifier_forward": classifier_forward_cases,
     "classifier_step": classifier_step_cases,
     "classifier_train": classifier_train_cases,
+    "sinusoidal_positions": sinusoidal_cases,
+    "rotary_embedding": rotary_cases,
 }
 assert set(STRATEGIES) == set(ops.OPS), "every contract operation needs a strategy"
 
