@@ -41,6 +41,8 @@ TIER_OPS = (
     "classifier_forward",
     "classifier_step",
     "classifier_train",
+    "sinusoidal_positions",
+    "rotary_embedding",
 )
 
 
