@@ -80,9 +80,12 @@ def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult
             for name in case.expected
         ]
 
-    # a port declaring the other rotary pairing gets the features permuted into its own (exact)
-    inputs, options, undo = pairing.for_port(case.op, case.inputs, case.options, getattr(impl, "rope_pairing", None))
     try:
+        # a port declaring the other rotary pairing gets the features permuted into its own (exact);
+        # reading the declaration may load the port, whose failure is this case's error
+        inputs, options, undo = pairing.for_port(
+            case.op, case.inputs, case.options, getattr(impl, "rope_pairing", None)
+        )
         actual = undo(impl.run(case.op, inputs, options))
     except OperationMissing as exc:
         return every("missing", f"case {case.id!r}: {exc}")

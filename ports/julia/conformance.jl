@@ -44,6 +44,8 @@ const W = JuliaPortWorker
 
 const INDEX_FORMAT, FIXTURE_FORMAT = "1", "2"
 const MASKED_QUERY = ("zeros", "nan", "uniform")
+const PAIRINGS = ("halves", "interleaved")   # attention_ports/spec/pairing.py; the first is the default
+const PAIRING_OPS = ("rotary_embedding",)
 const OUTCOMES = ("pass", "missing", "fail", "error")   # worst last, as the Python runner ranks them
 
 struct UsageError <: Exception
@@ -278,11 +280,12 @@ mutable struct Port
     present::Bool
     operations::Union{Nothing,Vector{String}}
     masked_query::String
+    rope_pairing::String
 end
 
 function load_port(path::AbstractString, op_names::Vector{String})
     ispath(path) || usage("julia: port file $path does not exist")
-    port = Port(abspath(path), nothing, "", false, nothing, "zeros")
+    port = Port(abspath(path), nothing, "", false, nothing, "zeros", "halves")
     try
         port.mod = W.load_port(port.path)
     catch e
@@ -323,8 +326,8 @@ function check_declaration!(port::Port, raw, op_names::Vector{String})
         error("$where: attention_ports must be a named list / NamedTuple, like const attention_ports = ",
               "(operations = [\"softmax\"], masked_query = \"zeros\"); got $(kind_text(raw))")
     fields = Dict(string(k) => v for (k, v) in pairs(raw))
-    unknown = [k for k in keys(fields) if !(k in ("operations", "masked_query"))]
-    isempty(unknown) || error("$where: attention_ports has unknown field(s) $(q(sort(unknown))); the fields are operations, masked_query")
+    unknown = [k for k in keys(fields) if !(k in ("operations", "masked_query", "rope_pairing"))]
+    isempty(unknown) || error("$where: attention_ports has unknown field(s) $(q(sort(unknown))); the fields are operations, masked_query, rope_pairing")
     if haskey(fields, "operations")
         names = strings(fields["operations"])
         names === nothing && error("$where: attention_ports.operations must be a vector of operation names; got $(kind_text(fields["operations"]))")
@@ -339,6 +342,13 @@ function check_declaration!(port::Port, raw, op_names::Vector{String})
             error("$where: attention_ports.masked_query must be one of $(q(MASKED_QUERY)); got $(kind_text(fields["masked_query"]))")
         values[1] in MASKED_QUERY || error("$where: attention_ports.masked_query = '$(values[1])' is not one of $(q(MASKED_QUERY))")
         port.masked_query = values[1]
+    end
+    if haskey(fields, "rope_pairing")
+        values = strings(fields["rope_pairing"])
+        (values === nothing || length(values) != 1 || !(values[1] in PAIRINGS)) &&
+            error("$where: attention_ports.rope_pairing must be one of $(q(PAIRINGS)); got ",
+                  values !== nothing && length(values) == 1 ? "'$(values[1])'" : kind_text(fields["rope_pairing"]))
+        port.rope_pairing = values[1]
     end
     port.present = true
     return port
@@ -487,6 +497,24 @@ end
 Base.show(io::IO, r::OutputResult) = print(io, r.status, ": ", replace(r.message, "\n" => "\n    "), "\n   ")
 Base.:(==)(r::OutputResult, status::String) = r.status == status   # `@test r == "pass"` shows the message
 
+# attention_ports/spec/pairing.py's for_port: a port takes no `pairing` option; where a case's
+# pairing is not the one the port declares, the port gets x's features (reference layout: columns)
+# permuted into its own pairing (exact), and its output (Julia layout: rows) is permuted back.
+function for_port(op, inputs, options, declared)
+    op in PAIRING_OPS || return inputs, options, nothing
+    i = findfirst(p -> p.first == "pairing", options)
+    want = i === nothing ? PAIRINGS[1] : options[i].second
+    rest = [p for p in options if p.first != "pairing"]
+    x, layout = inputs["x"]
+    d = size(x, 2)
+    (want == declared || ndims(x) != 2 || isodd(d)) && return inputs, rest, nothing
+    interleaved_to_halves = vcat(1:2:d, 2:2:d)
+    src = want == "interleaved" ? interleaved_to_halves : sortperm(interleaved_to_halves)
+    permuted = copy(inputs)
+    permuted["x"] = (x[:, src], layout)
+    return permuted, rest, sortperm(src)
+end
+
 function run_case(dir::AbstractString, index::Index, port::Port, case::Case)
     spec = index.ops[case.op]
     every(status, msg) = [OutputResult(case.id, o, status, msg, nothing) for o in output_names(case)]
@@ -502,8 +530,14 @@ function run_case(dir::AbstractString, index::Index, port::Port, case::Case)
         return every("missing", "case '$(case.id)': $(case.op) is not among the operations $(port.path) declares (attention_ports)")
     end
     status, msg, results = try
-        args, kwargs = build_call(spec, inputs, case.options)
-        W.call_op(port.mod, port.path, case.op, args, kwargs)
+        call_inputs, call_options, back = for_port(case.op, inputs, case.options, port.rope_pairing)
+        args, kwargs = build_call(spec, call_inputs, call_options)
+        reply = W.call_op(port.mod, port.path, case.op, args, kwargs)
+        if back !== nothing && reply[1] === :ok
+            reply = (reply[1], reply[2], [n in ("output", "") && a isa AbstractMatrix && size(a, 1) == length(back) ?
+                                          (n => a[back, :]) : (n => a) for (n, a) in reply[3]], reply[4:end]...)
+        end
+        reply
     catch e
         e isa InterruptException && rethrow()
         (:error, "$(case.op): " * sprint(showerror, e), nothing)
