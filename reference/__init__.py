@@ -31,10 +31,12 @@ from attention_ports.reference.classifier import (
 )
 from attention_ports.reference.masks import as_additive_mask, causal_mask, key_padding_mask
 from attention_ports.reference.norms import layer_norm, rms_norm
+from attention_ports.reference.positions import PAIRINGS, rotary_embedding, sinusoidal_positions
 
 __version__ = "1.0.0"
 
 __all__ = [
+    "PAIRINGS",
     "AttentionResult",
     "ClassifierForward",
     "ClassifierStep",
@@ -55,8 +57,10 @@ __all__ = [
     "multi_head_attention",
     "pack_dataset",
     "rms_norm",
+    "rotary_embedding",
     "scaled_dot_product_attention",
     "self_attention",
+    "sinusoidal_positions",
     "softmax",
     "train_classifier",
     "unpack_dataset",

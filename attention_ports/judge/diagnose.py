@@ -23,6 +23,8 @@ Checks, most specific first (the first that fits is the diagnosis):
    says: names the contract's layout rule in the port's language that was broken;
 2. masked query: wrong only in the rows of queries whose mask removes every key, and right under
    another ``masked_query`` convention (the exact truth recomputed with it): declare it;
+   rotary pairing: a rotary embedding right under the other pairing (the exact truth recomputed
+   with it; attention_ports/spec/pairing.py): declare it;
 3. scale: the scores scaled by another factor (1, 1/sqrt(d_v), 1/sqrt(d_model), 1/d_k, the scale
    applied twice or as a divisor): names the factor and the likely cause;
 4. mask: the mask ignored, subtracted, scaled with the scores, read as a boolean, transposed, or a
@@ -58,7 +60,7 @@ import numpy as np
 
 from attention_ports.fixtures.store import Case
 from attention_ports.judge.compare import agree
-from attention_ports.spec import ops, precision
+from attention_ports.spec import ops, pairing, precision
 from attention_ports.spec.conventions import CONVENTIONS
 from attention_ports.spec.ops import Role
 from attention_ports.spec.portview import PortView, layout_rule
@@ -370,6 +372,32 @@ def _check_masked_query(ctx: Context) -> str:
         f"{wants!r}; if {found!r} is its convention, declare it: {_declaration(ctx, found)} "
         f"(ports/CONTRACT.md, masked_query)"
     )
+
+
+def _check_pairing(ctx: Context) -> str:
+    """A rotary embedding that pairs its features the other way (halves vs interleaved)."""
+    if ctx.case.op not in pairing.OPS:
+        return ""
+    wanted = pairing.case_pairing(ctx.case.options)
+    for other in pairing.PAIRINGS:
+        if other == wanted:
+            continue
+        expected, bound = truth.compute(ctx.case.op, ctx.case.inputs, {**ctx.case.options, pairing.OPTION: other})[
+            ctx.output
+        ]
+        if _fits_exact(expected, ctx.actual, bound) and _explains(ctx, expected):
+            if ctx.language == "R":
+                declare = f'attention_ports <- list({pairing.FIELD} = "{other}")'
+            elif ctx.language == "Julia":
+                declare = f'const attention_ports = ({pairing.FIELD} = "{other}",)'
+            else:
+                declare = f'{pairing.OPTION} = "{other}"'
+            return (
+                f"your port pairs features as {other} ({pairing.MEANING[other]}) where this case is judged "
+                f"{wanted}: if {other} is the port's pairing, declare {declare} (ports/CONTRACT.md, "
+                f"rotary pairing); a port that declares it and still fails here pairs features another way"
+            )
+    return ""
 
 
 # ---------------------------------------------------------------- 3./4. recomputed with the mistake
@@ -899,6 +927,7 @@ CHECKS: tuple[Callable[[Context], str], ...] = (
     _check_layer_mistakes,
     _check_one_pass_variance,
     _check_masked_query,
+    _check_pairing,
     _check_scale,
     _check_mask,
     _check_constant,

@@ -31,7 +31,7 @@ from attention_ports.runtimes.impl import (
     OperationMissing,
 )
 from attention_ports.runtimes.supervisor import output_section
-from attention_ports.spec import conventions, precision
+from attention_ports.spec import conventions, pairing, precision
 
 
 def in_ci() -> bool:
@@ -81,7 +81,12 @@ def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult
         ]
 
     try:
-        actual = impl.run(case.op, case.inputs, case.options)
+        # a port declaring the other rotary pairing gets the features permuted into its own (exact);
+        # reading the declaration may load the port, whose failure is this case's error
+        inputs, options, undo = pairing.for_port(
+            case.op, case.inputs, case.options, getattr(impl, "rope_pairing", None)
+        )
+        actual = undo(impl.run(case.op, inputs, options))
     except OperationMissing as exc:
         return every("missing", f"case {case.id!r}: {exc}")
     except ImplementationError as exc:

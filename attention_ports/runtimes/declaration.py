@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from attention_ports.runtimes.protocol import Unsupported
-from attention_ports.spec import ops
+from attention_ports.spec import ops, pairing
 from attention_ports.spec import precision as formats
 from attention_ports.spec.conventions import CONVENTIONS as MASKED_QUERY
 
-FIELDS = ("operations", "masked_query", "precision")
+FIELDS = ("operations", "masked_query", "precision", pairing.FIELD)
 
 
 class DeclarationError(ValueError):
@@ -35,6 +35,7 @@ class Declaration:
     operations: frozenset[str] | None = None  # None: every contract function the file defines
     masked_query: str = "zeros"
     precision: str = "float64"  # the port's storage = accumulation format (attention_ports/spec/precision.py)
+    rope_pairing: str = pairing.DEFAULT  # the rotary pairing it implements (attention_ports/spec/pairing.py)
 
     def offers(self, op: str) -> bool:
         return self.operations is None or op in self.operations
@@ -44,6 +45,8 @@ class Declaration:
             return ""
         ops_text = "all it defines" if self.operations is None else ", ".join(sorted(self.operations)) or "none"
         text = f"declares operations: {ops_text}; masked_query = {self.masked_query}"
+        if self.rope_pairing != pairing.DEFAULT:
+            text = f"{text}; {pairing.FIELD} = {self.rope_pairing}"
         return text if self.precision == "float64" else f"{text}; precision = {self.precision}"
 
 
@@ -123,7 +126,19 @@ def parse(raw: Any, where: str, language: str) -> Declaration:
             )
         masked_query = values[0]
     precision = _precision(raw, where, language, f"attention_ports{sep}precision")
-    return Declaration(True, operations, masked_query, precision)
+    return Declaration(True, operations, masked_query, precision, _rope_pairing(raw, where, f"attention_ports{sep}"))
+
+
+def _rope_pairing(raw: dict[str, Any], where: str, prefix: str) -> str:
+    """The declared rotary pairing: one of ``pairing.PAIRINGS`` (default halves)."""
+    if pairing.FIELD not in raw:
+        return pairing.DEFAULT
+    values = _strings(raw[pairing.FIELD])
+    choices = ", ".join(map(repr, pairing.PAIRINGS))
+    if values is None or len(values) != 1 or values[0] not in pairing.PAIRINGS:
+        got = repr(values[0]) if values and len(values) == 1 else _kind(raw[pairing.FIELD])
+        raise DeclarationError(f"{where}: {prefix}{pairing.FIELD} must be one of {choices}; got {got}")
+    return values[0]
 
 
 def _precision(raw: dict[str, Any], where: str, language: str, field: str) -> str:

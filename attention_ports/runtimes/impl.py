@@ -48,6 +48,9 @@ class Implementation(abc.ABC):
     # The convention for a query whose mask removes every key (ports/CONTRACT.md, "Declaring what a
     # port offers"): "zeros", "nan" or "uniform". The reference's is "zeros"; a port declares its own.
     masked_query: str = "zeros"
+    # The rotary pairing it implements (attention_ports/spec/pairing.py): a port declares one and
+    # takes no ``pairing`` argument; None (the reference, torch) takes the case's ``pairing`` option.
+    rope_pairing: str | None = None
     # What the implementation printed during its last ``run`` (a port's captured stdout and stderr).
     last_output: str = ""
     # Seconds the port's own function took in its last successful ``run``, timed inside its worker

@@ -10,6 +10,7 @@ two kernels, and ``masked_query_for`` says which each follows (``MASKED_QUERY``)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -250,3 +251,39 @@ def _op_classifier_train(self, inputs, options):
 TorchImplementation._op_classifier_forward = _op_classifier_forward
 TorchImplementation._op_classifier_step = _op_classifier_step
 TorchImplementation._op_classifier_train = _op_classifier_train
+
+
+# Position operations, written as the models that made them popular write them (the oracle
+# checks the formulas, not the reference's code): the Annotated Transformer's sinusoidal table
+# (frequencies by exp of a log), Hugging Face Llama's rotate_half for the halves pairing and
+# Meta's Llama complex product (torch.polar, view_as_complex) for the interleaved one.
+def _op_sinusoidal_positions(self, inputs, options):
+    n, d = int(options["n"]), int(options["d"])
+    base = float(options.get("base") or 10000.0)
+    dt = _t(np.zeros(0), self.dtype).dtype
+    position = torch.arange(n, dtype=dt).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d, 2, dtype=dt) * -(math.log(base) / d))
+    pe = torch.zeros(n, d, dtype=dt)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return {"table": pe}
+
+
+def _op_rotary_embedding(self, inputs, options):
+    x = _t(inputs["x"], self.dtype)
+    n, d = x.shape
+    base = float(options.get("base") or 10000.0)
+    pos = torch.arange(n, dtype=x.dtype) if "positions" not in inputs else _t(inputs["positions"], self.dtype)
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=x.dtype) / d))
+    freqs = torch.outer(pos, inv_freq)
+    if (options.get("pairing") or "halves") == "halves":
+        emb = torch.cat((freqs, freqs), dim=-1)
+        rotated = torch.cat((-x[:, d // 2 :], x[:, : d // 2]), dim=-1)  # rotate_half
+        return {"output": x * emb.cos() + rotated * emb.sin()}
+    freqs_cis = torch.polar(torch.ones_like(freqs), freqs)
+    x_c = torch.view_as_complex(x.reshape(n, d // 2, 2).contiguous())
+    return {"output": torch.view_as_real(x_c * freqs_cis).reshape(n, d)}
+
+
+TorchImplementation._op_sinusoidal_positions = _op_sinusoidal_positions
+TorchImplementation._op_rotary_embedding = _op_rotary_embedding

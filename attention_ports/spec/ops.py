@@ -226,3 +226,32 @@ register(
         family="activation",
     )
 )
+
+
+# Position operations (reference/positions.py). ``positions`` holds position values (0 for the
+# first token), not indices: identical in every language. ``pairing`` is the rotary pairing a
+# case's truth uses; a port declares the one it implements instead of taking it as an argument
+# (attention_ports/spec/pairing.py, ports/CONTRACT.md "Rotary pairing").
+_POSITION_ROLES = {"x": Role.TOKENS, "positions": Role.VECTOR, "output": Role.TOKENS, "table": Role.TOKENS}
+register(
+    OpSpec(
+        "sinusoidal_positions",
+        args=(),
+        positional_options=("n", "d"),
+        options=("base",),
+        outputs=("table",),
+        roles=_POSITION_ROLES,
+        family="position",
+    )
+)
+register(
+    OpSpec(
+        "rotary_embedding",
+        args=("x",),
+        kwargs=("positions",),
+        options=("base", "pairing"),
+        outputs=("output",),
+        roles=_POSITION_ROLES,
+        family="position",
+    )
+)

@@ -46,6 +46,8 @@ TIER_OPS = (
     "layer_norm",
     "rms_norm",
     "gelu",
+    "sinusoidal_positions",
+    "rotary_embedding",
 )
 # The operations of the tiers with a storage format (the mixed tiers and float16): the attention
 # kernel, whose rounding points (inputs, the weights before V, outputs) the rule states. A

@@ -33,7 +33,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from attention_ports.spec import ops
+from attention_ports.spec import ops, pairing
 
 MAX_SIZE = 6  # every size is drawn from 1..MAX_SIZE (heads: fewer), so a case costs milliseconds
 CLASSES = 3  # seed 003's classifier: negative, neutral, positive
@@ -347,6 +347,32 @@ def gelu_cases(draw: st.DrawFn) -> Drawn:
     return Drawn("gelu", {"x": x}, {"approximate": draw(st.sampled_from([None, "none", "tanh"]))})
 
 
+BASES = (None, 100.0, 10000.0, 500000.0)  # None: the default 10000; 500000 is Llama 3's
+MAX_POSITION = 8192
+
+
+@st.composite
+def sinusoidal_cases(draw: st.DrawFn) -> Drawn:
+    options: dict[str, Any] = {"n": draw(st.integers(1, 40)), "d": 2 * draw(st.integers(1, 8))}
+    base = draw(st.sampled_from(BASES))
+    if base is not None:
+        options["base"] = base
+    return Drawn("sinusoidal_positions", {}, options)
+
+
+@st.composite
+def rotary_cases(draw: st.DrawFn) -> Drawn:
+    n, d = draw(st.integers(1, MAX_SIZE)), 2 * draw(st.integers(1, 8))
+    inputs = {"x": draw(values((n, d)))}
+    if draw(st.booleans()):  # explicit positions, large ones included (the angle's rounding grows with p)
+        inputs["positions"] = np.array(draw(st.lists(st.integers(0, MAX_POSITION), min_size=n, max_size=n)), float)
+    options: dict[str, Any] = {"pairing": draw(st.sampled_from(pairing.PAIRINGS))}
+    base = draw(st.sampled_from(BASES))
+    if base is not None:
+        options["base"] = base
+    return Drawn("rotary_embedding", inputs, options)
+
+
 STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "softmax": softmax_cases,
     "scaled_dot_product_attention": sdpa_cases,
@@ -358,6 +384,8 @@ STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "layer_norm": layer_norm_cases,
     "rms_norm": rms_norm_cases,
     "gelu": gelu_cases,
+    "sinusoidal_positions": sinusoidal_cases,
+    "rotary_embedding": rotary_cases,
 }
 assert set(STRATEGIES) == set(ops.OPS), "every contract operation needs a strategy"
 

@@ -16,6 +16,7 @@ file holding both markers works), and a test keeps it current.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,6 +287,47 @@ ACTIVATION_FEATURES: tuple[Feature, ...] = (
     _act("integers", "integer-valued x", lambda f: bool(np.all(f.inputs["x"] == np.round(f.inputs["x"])))),
 )
 FEATURES = FEATURES + NORM_FEATURES + ACTIVATION_FEATURES
+# The position operations (reference/positions.py, ops family "position"): one group, counted for
+# that family only.
+FAR_POSITION = 1000  # beyond it a float64 angle carries ~1e-13 absolute error (truth/positions.py)
+
+
+def _positions(f: Facts) -> np.ndarray:
+    if "positions" in f.inputs:
+        return np.asarray(f.inputs["positions"], dtype=np.float64)
+    return np.arange(f.n_q or 0, dtype=np.float64)
+
+
+POSITION_FEATURES: tuple[Feature, ...] = (
+    Feature(
+        "positions.halves",
+        "positions",
+        "rotary pairing halves (i, i + d/2)",
+        lambda f: f.op == "rotary_embedding" and f.options.get("pairing", "halves") == "halves",
+    ),
+    Feature(
+        "positions.interleaved",
+        "positions",
+        "rotary pairing interleaved (2i, 2i + 1)",
+        lambda f: f.op == "rotary_embedding" and f.options.get("pairing") == "interleaved",
+    ),
+    Feature(
+        "positions.default", "positions", "positions 0 .. n - 1 (none given)", lambda f: "positions" not in f.inputs
+    ),
+    Feature("positions.explicit", "positions", "explicit positions given", lambda f: "positions" in f.inputs),
+    Feature(
+        "positions.far",
+        "positions",
+        f"a position beyond {FAR_POSITION} (large angles)",
+        lambda f: bool((np.abs(_positions(f)) > FAR_POSITION).any()),
+    ),
+    Feature("positions.d2", "positions", "d = 2 (one frequency)", lambda f: f.dims.get("d") == 2),
+    Feature("positions.d64", "positions", "d >= 64", lambda f: f.dims.get("d", 0) >= 64),
+    Feature("positions.base_default", "positions", "base = 10000", lambda f: f.options.get("base") is None),
+    Feature("positions.base_custom", "positions", "another base", lambda f: f.options.get("base") is not None),
+)
+POSITION_FEATURES = tuple(dataclasses.replace(f, families=("position",)) for f in POSITION_FEATURES)
+FEATURES = FEATURES + POSITION_FEATURES
 FEATURE_KEYS = {feat.key for feat in FEATURES}
 GROUPS = {feat.group for feat in FEATURES}
 
@@ -363,6 +405,12 @@ def facts_from(op: str, options: Mapping[str, Any], inputs: dict[str, np.ndarray
         f.dims = {"n": n, "d": d, "c": fw.f.shape[1]}
         f.logits = [(fw.q @ fw.k.T) / np.sqrt(d)]
         f.out_logits = fw.pooled[None, :]
+    elif op == "sinusoidal_positions":
+        f.n_q = int(options["n"])
+        f.dims = {"n": f.n_q, "d": int(options["d"])}
+    elif op == "rotary_embedding":
+        f.n_q, d = inputs["x"].shape
+        f.dims = {"n": f.n_q, "d": d}
     elif op == "classifier_train":
         pass  # its regimes are classifier_step's, per sentence: marked not applicable in the catalogue
     elif ops.get(op).family == "activation":
@@ -508,6 +556,8 @@ SHORT = {
     "layer_norm": "layer norm",
     "rms_norm": "rms norm",
     "gelu": "gelu",
+    "sinusoidal_positions": "sinusoidal",
+    "rotary_embedding": "RoPE",
 }
 
 

@@ -236,6 +236,7 @@ def materialise(mutant: Mutant, out_dir: Path, repo: Path = REPO) -> Path:
 
 # ---------------------------------------------------------------- which operations a mutant reaches
 
+DECLARATION = "attention_ports"  # a port's declaration object (attention_ports/runtimes/declaration.py)
 _R_DEF = re.compile(r"^([.A-Za-z][\w.]*)\s*<-", re.M)
 _JL_DEF = re.compile(
     r"^(?:function\s+([A-Za-z_][\w!]*)|const\s+([A-Za-z_]\w*)|([A-Za-z_][\w!]*)\([^\n]*\)\s*=[^=]|\"\"\")",
@@ -294,7 +295,9 @@ def op_distances(mutant: Mutant, repo: Path = REPO) -> dict[str, int]:
     at = source.index(mutant.find)
     edited = next(d for d in defs if d.file == mutant.file and d.start <= at < d.end)
     present = [op for op in ops.OPS if op in calls]
-    if edited.name is None:  # outside any definition: assume it reaches everything
+    # outside any definition, or in the port's declaration (read by the harness, never called: its
+    # fields decide how operations are called and judged, e.g. rope_pairing): it reaches everything
+    if edited.name is None or edited.name == DECLARATION:
         return {op: 0 for op in present}
     out = {}
     for op in present:  # breadth first from the operation down its callees

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from attention_ports.core.io import current_umask
-from attention_ports.spec import ops
+from attention_ports.spec import ops, pairing
 from attention_ports.spec.ops import Role
 
 LANGUAGES = ("r", "julia")
@@ -91,6 +91,8 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
     "layer_norm": {"x": ("n", "d"), "weight": ("d",), "bias": ("d",), "y": ("n", "d")},
     "rms_norm": {"x": ("n", "d"), "weight": ("d",), "y": ("n", "d")},
     "gelu": {"x": ("n", "d"), "y": ("n", "d")},
+    "sinusoidal_positions": {"table": ("n", "d")},
+    "rotary_embedding": {"x": ("n", "d"), "positions": ("n",), "output": ("n", "d")},
 }
 
 #: What each scalar option is, and its default (None: the language's "absent").
@@ -108,6 +110,9 @@ OPTIONS: dict[str, tuple[str, dict[str, str] | None]] = {
         {"r": '"none"', "julia": '"none"'},
     ),
     "eps": ("a number >= 0 added inside the square root (1e-5 when absent, as torch)", {"r": "1e-5", "julia": "1e-5"}),
+    "n": ("the number of positions (rows of the table), an integer", None),
+    "d": ("the number of features, an even integer", None),
+    "base": ("the frequencies' base, a number, or absent for 10000", None),
 }
 
 _ABSENT = {"r": "NULL", "julia": "nothing"}
@@ -159,6 +164,16 @@ NOTES: dict[str, str] = {
     "rms_norm": (
         "Each token normalised by its root mean square: x / sqrt(mean(x^2) + eps) * weight (no centring,\nno bias)."
     ),
+    "sinusoidal_positions": (
+        "Vaswani et al.: feature 2i of position p (0-based, both) is sin(p * base^(-2i/d)), feature 2i+1\n"
+        "its cos. Positions 0..n-1."
+    ),
+    "rotary_embedding": (
+        "RoPE: each feature pair (a, b) of the token at position p becomes (a cos - b sin, b cos + a sin)\n"
+        "of the angle p * base^(-2i/d), i = 0..d/2-1; positions default to 0..n-1 (values, not indices).\n"
+        'Pairs are (i, i + d/2) ("halves", the default); a port pairing 2i with 2i+1 declares\n'
+        'rope_pairing = "interleaved" in attention_ports. The port takes no pairing argument.'
+    ),
 }
 
 
@@ -183,11 +198,16 @@ def shape(op: str, name: str, lang: str) -> str:
     return f"{text}; {note}" if note else text
 
 
+def port_options(spec: ops.OpSpec) -> list[str]:
+    """The named options a port takes: the rotary pairing is declared, not passed (spec/pairing.py)."""
+    return [o for o in spec.options if not (spec.name in pairing.OPS and o == pairing.OPTION)]
+
+
 def signature(spec: ops.OpSpec, lang: str) -> str:
     """The function's parameter list, in the order the adapters call it."""
     positional = [*spec.args, *spec.groups, *spec.positional_options]
     named = [f"{k} = {_ABSENT[lang]}" for k in spec.kwargs]
-    for opt in spec.options:
+    for opt in port_options(spec):
         default = OPTIONS[opt][1]
         named.append(f"{opt} = {default[lang] if default else _ABSENT[lang]}")
     if lang == "r":
@@ -208,7 +228,7 @@ def _argument_lines(spec: ops.OpSpec, lang: str) -> list[str]:
         if k == "mask":
             what += ", additive (0 keeps, -Inf removes)"
         rows.append((k, f"{what}, or {absent}"))
-    rows += [(o, OPTIONS[o][0].replace("absent", absent)) for o in spec.options]
+    rows += [(o, OPTIONS[o][0].replace("absent", absent)) for o in port_options(spec)]
     width = max(len(n) for n, _ in rows)
     return [f"#   {n:<{width}}  {what}" for n, what in rows]
 

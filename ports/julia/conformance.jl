@@ -54,8 +54,10 @@ const W = JuliaPortWorker
 
 const INDEX_FORMAT, FIXTURE_FORMAT = "1", "2"
 const MASKED_QUERY = ("zeros", "nan", "uniform")
+const PAIRINGS = ("halves", "interleaved")   # attention_ports/spec/pairing.py; the first is the default
+const PAIRING_OPS = ("rotary_embedding",)
 const OUTCOMES = ("pass", "missing", "fail", "error")   # worst last, as the Python runner ranks them
-const FIELDS = ("operations", "masked_query", "precision")   # attention_ports/runtimes/declaration.py
+const FIELDS = ("operations", "masked_query", "precision", "rope_pairing")   # attention_ports/runtimes/declaration.py
 
 # attention_ports/spec/precision.py's FORMATS, in its order: what a port is called with (the Julia
 # type of its arithmetic), and the storage format its ulps are counted in (mantissa bits p, the
@@ -313,11 +315,12 @@ mutable struct Port
     operations::Union{Nothing,Vector{String}}
     masked_query::String
     precision::Precision
+    rope_pairing::String
 end
 
 function load_port(path::AbstractString, op_names::Vector{String})
     ispath(path) || usage("julia: port file $path does not exist")
-    port = Port(abspath(path), nothing, "", false, nothing, "zeros", FLOAT64)
+    port = Port(abspath(path), nothing, "", false, nothing, "zeros", FLOAT64, "halves")
     try
         port.mod = W.load_port(port.path)
     catch e
@@ -381,6 +384,13 @@ function check_declaration!(port::Port, raw, op_names::Vector{String})
             error("$where: attention_ports.precision must be one of $(q(names)); got $(kind_text(fields["precision"]))")
         values[1] in names || error("$where: attention_ports.precision = '$(values[1])' is not a precision; use one of $(q(names))")
         port.precision = format_of(values[1])
+    end
+    if haskey(fields, "rope_pairing")
+        values = strings(fields["rope_pairing"])
+        (values === nothing || length(values) != 1 || !(values[1] in PAIRINGS)) &&
+            error("$where: attention_ports.rope_pairing must be one of $(q(PAIRINGS)); got ",
+                  values !== nothing && length(values) == 1 ? "'$(values[1])'" : kind_text(fields["rope_pairing"]))
+        port.rope_pairing = values[1]
     end
     port.present = true
     return port
@@ -548,6 +558,24 @@ end
 Base.show(io::IO, r::OutputResult) = print(io, r.status, ": ", replace(r.message, "\n" => "\n    "), "\n   ")
 Base.:(==)(r::OutputResult, status::String) = r.status == status   # `@test r == "pass"` shows the message
 
+# attention_ports/spec/pairing.py's for_port: a port takes no `pairing` option; where a case's
+# pairing is not the one the port declares, the port gets x's features (reference layout: columns)
+# permuted into its own pairing (exact), and its output (Julia layout: rows) is permuted back.
+function for_port(op, inputs, options, declared)
+    op in PAIRING_OPS || return inputs, options, nothing
+    i = findfirst(p -> p.first == "pairing", options)
+    want = i === nothing ? PAIRINGS[1] : options[i].second
+    rest = [p for p in options if p.first != "pairing"]
+    x, layout = inputs["x"]
+    d = size(x, 2)
+    (want == declared || ndims(x) != 2 || isodd(d)) && return inputs, rest, nothing
+    interleaved_to_halves = vcat(1:2:d, 2:2:d)
+    src = want == "interleaved" ? interleaved_to_halves : sortperm(interleaved_to_halves)
+    permuted = copy(inputs)
+    permuted["x"] = (x[:, src], layout)
+    return permuted, rest, sortperm(src)
+end
+
 function run_case(dir::AbstractString, index::Index, port::Port, case::Case)
     spec = index.ops[case.op]
     every(status, msg) = [OutputResult(case.id, o, status, msg, nothing) for o in output_names(case)]
@@ -563,8 +591,14 @@ function run_case(dir::AbstractString, index::Index, port::Port, case::Case)
         return every("missing", "case '$(case.id)': $(case.op) is not among the operations $(port.path) declares (attention_ports)")
     end
     status, msg, results = try
-        args, kwargs = build_call(spec, inputs, case.options, index.precision.T)
-        W.call_op(port.mod, port.path, case.op, args, kwargs)
+        call_inputs, call_options, back = for_port(case.op, inputs, case.options, port.rope_pairing)
+        args, kwargs = build_call(spec, call_inputs, call_options, index.precision.T)
+        reply = W.call_op(port.mod, port.path, case.op, args, kwargs)
+        if back !== nothing && reply[1] === :ok
+            reply = (reply[1], reply[2], [n in ("output", "") && a isa AbstractMatrix && size(a, 1) == length(back) ?
+                                          (n => a[back, :]) : (n => a) for (n, a) in reply[3]], reply[4:end]...)
+        end
+        reply
     catch e
         e isa InterruptException && rethrow()
         (:error, "$(case.op): " * sprint(showerror, e), nothing)

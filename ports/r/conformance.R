@@ -44,8 +44,10 @@ local(envir = .conformance, {
   INDEX_FORMAT <- "1"
   FIXTURE_FORMAT <- "2"
   MASKED_QUERY <- c("zeros", "nan", "uniform")
-  FIELDS <- c("operations", "masked_query", "precision")  # attention_ports/runtimes/declaration.py
+  FIELDS <- c("operations", "masked_query", "precision", "rope_pairing")  # attention_ports/runtimes/declaration.py
   PRECISIONS <- c("float64", "float32", "bfloat16/float32", "float16/float32", "float16")  # spec/precision.py FORMATS
+  PAIRINGS <- c("halves", "interleaved")  # attention_ports/spec/pairing.py; the first is the default
+  PAIRING_OPS <- "rotary_embedding"
 
   usage_error <- function(...) stop(structure(class = c("usage_error", "error", "condition"),
                                               list(message = paste0(...), call = NULL)))
@@ -250,7 +252,7 @@ local(envir = .conformance, {
     env <- bridge$.ap_port_env()
     loaded <- bridge$.ap_load(env, files)
     port <- list(env = env, files = files, where = where, failure = "", warnings = loaded[-1L],
-                 declaration = list(present = FALSE, operations = NULL, masked_query = "zeros"))
+                 declaration = list(present = FALSE, operations = NULL, masked_query = "zeros", rope_pairing = "halves"))
     if (nzchar(loaded[[1L]])) {
       port$failure <- paste0("r: cannot load port ", loaded[[1L]])
       return(port)
@@ -263,7 +265,7 @@ local(envir = .conformance, {
 
   # attention_ports/runtimes/declaration.py, the same checks and messages for R's declaration.
   check_declaration <- function(raw, where, op_names) {
-    if (is.null(raw)) return(list(present = FALSE, operations = NULL, masked_query = "zeros"))
+    if (is.null(raw)) return(list(present = FALSE, operations = NULL, masked_query = "zeros", rope_pairing = "halves"))
     quoted <- function(x) paste(sprintf("'%s'", x), collapse = ", ")
     kind <- function(x) {
       if (is.list(x) && length(x) && !is.null(names(x)) && all(nzchar(names(x)))) "a named list / NamedTuple"
@@ -323,7 +325,31 @@ local(envir = .conformance, {
                      where, p), call. = FALSE)
       }
     }
-    list(present = TRUE, operations = operations, masked_query = masked_query)
+    rope_pairing <- "halves"
+    if ("rope_pairing" %in% names(raw)) {
+      rp <- raw$rope_pairing
+      if (!is.character(rp) || length(rp) != 1L || !rp %in% PAIRINGS) {
+        stop(sprintf("%s: attention_ports$rope_pairing must be one of %s; got %s", where, quoted(PAIRINGS),
+                     if (is.character(rp) && length(rp) == 1L) sprintf("'%s'", rp) else kind(rp)), call. = FALSE)
+      }
+      rope_pairing <- rp
+    }
+    list(present = TRUE, operations = operations, masked_query = masked_query, rope_pairing = rope_pairing)
+  }
+
+  # attention_ports/spec/pairing.py's for_port: a port takes no `pairing` option; where a case's
+  # pairing is not the one the port declares, the port gets x's features permuted into its own
+  # pairing (exact) and its output is permuted back (`back`).
+  for_port <- function(op, inputs, options, declared) {
+    if (!op %in% PAIRING_OPS) return(list(inputs = inputs, options = options, back = NULL))
+    want <- if (is.null(options$pairing)) PAIRINGS[[1L]] else options$pairing
+    options$pairing <- NULL
+    d <- ncol(inputs$x$value)
+    if (want == declared || is.null(d) || d %% 2L != 0L) return(list(inputs = inputs, options = options, back = NULL))
+    interleaved_to_halves <- c(seq(1L, d, by = 2L), seq(2L, d, by = 2L))
+    src <- if (want == "interleaved") interleaved_to_halves else order(interleaved_to_halves)
+    inputs$x$value <- inputs$x$value[, src, drop = FALSE]
+    list(inputs = inputs, options = options, back = order(src))
   }
 
   # The call, as attention_ports/runtimes/r/adapter.py builds it and attention_ports/runtimes/r/worker.py encodes it for .ap_call:
@@ -585,10 +611,16 @@ local(envir = .conformance, {
                                                       case$id, case$op, port$where))))
     }
     called <- tryCatch({
-      reply <- call_port(bridge, port, spec, build_call(spec, fixture$inputs, case$options))
+      call <- for_port(case$op, fixture$inputs, case$options, port$declaration$rope_pairing)
+      reply <- call_port(bridge, port, spec, build_call(spec, call$inputs, call$options))
       if (reply$status == "ok") {
         layouts <- lapply(fixture$expected, function(x) x$layout)
         reply$actual <- name_outputs(spec, reply$outputs, layouts)
+        y <- reply$actual$output
+        if (!is.null(call$back) && !is.null(y) && length(y$shape) == 2L && y$shape[[2L]] == length(call$back)) {
+          m <- array(y$value, dim = y$shape)
+          reply$actual$output$value <- m[, call$back, drop = FALSE]
+        }
       }
       reply
     }, error = function(e) list(status = "error", message = conditionMessage(e)))

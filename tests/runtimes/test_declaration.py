@@ -87,9 +87,16 @@ def test_the_masked_query_convention_is_exposed(lang: str) -> None:
         assert impl.masked_query == "nan"
         assert impl.declaration.operations == frozenset({"scaled_dot_product_attention"})
         assert "declares operations: scaled_dot_product_attention; masked_query = nan" in impl.describe()
-    with create(lang) as ours:  # our ports declare nothing: every operation, the reference's zeros
-        assert ours.masked_query == "zeros" and not ours.declaration.present
-        assert "masked_query" not in ours.describe()
+    # our ports offer every operation they define, with the reference's zeros; the Julia port
+    # declares its rotary pairing (interleaved: ports/julia/src/positions.jl), the R port nothing
+    with create(lang) as ours:
+        assert ours.masked_query == "zeros" and ours.declaration.operations is None
+        assert ours.declaration.present == (lang == "julia")
+        assert ours.rope_pairing == ("interleaved" if lang == "julia" else "halves")
+        if lang == "julia":
+            assert "masked_query = zeros; rope_pairing = interleaved" in ours.describe()
+        else:
+            assert "masked_query" not in ours.describe()
 
 
 def test_a_declared_operation_the_port_does_not_define_is_an_error(lang: str) -> None:

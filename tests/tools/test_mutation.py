@@ -135,10 +135,12 @@ def test_materialised_mutant_is_one_edit_of_the_whole_port(mutants: list[mutatio
 @pytest.mark.parametrize(
     ("mutant_id", "reaches"),
     [
-        # everything but the normalisation layers calls softmax
+        # the attention operations call softmax; the norms, activations and positions do not
         ("r_softmax_no_max", {op for op, spec in ops.OPS.items() if spec.family == "attention"}),
         ("r_ln_one_pass_variance", {"layer_norm"}),
         ("j_rms_centred", {"rms_norm"}),
+        ("r_theta_exponent_i_over_d", {"sinusoidal_positions", "rotary_embedding"}),
+        ("j_declares_halves_but_interleaves", set(ops.OPS)),  # the declaration: read, never called
         ("r_mha_heads_strided", {"multi_head_attention"}),
         ("r_bias_recycled_down_columns", {"self_attention", "multi_head_attention"}),
         ("r_clf_no_scale_in_dq", {"classifier_step", "classifier_train"}),

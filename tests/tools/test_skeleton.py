@@ -45,7 +45,7 @@ def test_every_array_and_option_of_every_operation_has_a_documented_shape() -> N
         names = [*spec.args, *spec.kwargs, *(m for ms in spec.groups.values() for m in ms), *spec.outputs]
         undocumented = [n for n in names if n.rsplit(".", 1)[-1] not in skeleton.SHAPES.get(spec.name, {})]
         assert undocumented == [], f"{spec.name}: add shapes for {undocumented} to skeleton.SHAPES"
-        assert [o for o in (*spec.options, *spec.positional_options) if o not in skeleton.OPTIONS] == []
+        assert [o for o in (*skeleton.port_options(spec), *spec.positional_options) if o not in skeleton.OPTIONS] == []
         assert spec.name in skeleton.NOTES
 
 
@@ -73,7 +73,7 @@ def test_the_r_skeleton_has_the_contracts_formals(tmp_path: Path) -> None:
     out = subprocess.run(["Rscript", "-e", script], capture_output=True, text=True, check=True).stdout
     got = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
     for spec in ops.OPS.values():
-        want = [*spec.args, *spec.groups, *spec.positional_options, *spec.kwargs, *spec.options]
+        want = [*spec.args, *spec.groups, *spec.positional_options, *spec.kwargs, *skeleton.port_options(spec)]
         assert got[spec.name] == want, spec.name
 
 
@@ -97,7 +97,7 @@ def test_the_julia_skeleton_has_the_contracts_arguments(tmp_path: Path) -> None:
         name, positional, keywords = (part.split() for part in line.split(" | "))
         got[name[0]] = (positional, keywords)
     for spec in ops.OPS.values():
-        want = ([*spec.args, *spec.groups, *spec.positional_options], [*spec.kwargs, *spec.options])
+        want = ([*spec.args, *spec.groups, *spec.positional_options], [*spec.kwargs, *skeleton.port_options(spec)])
         assert got[spec.name] == want, spec.name
 
 

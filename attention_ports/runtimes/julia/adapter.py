@@ -306,6 +306,11 @@ class JuliaImplementation(Implementation):
         return self.declaration.masked_query
 
     @property
+    def rope_pairing(self) -> str:  # type: ignore[override]
+        """The rotary pairing the port declares (attention_ports/spec/pairing.py); loads the port."""
+        return self.declaration.rope_pairing
+
+    @property
     def precision(self) -> str:
         """The arithmetic the port is run and judged in: ``verify --precision``'s, else its declaration's."""
         return self.precision_override or self.declaration.precision

@@ -197,6 +197,11 @@ class RImplementation(Implementation):
         return self._declaration.masked_query
 
     @property
+    def rope_pairing(self) -> str:  # type: ignore[override]
+        """The rotary pairing the port declares (attention_ports/spec/pairing.py)."""
+        return self._declaration.rope_pairing
+
+    @property
     def last_output(self) -> str:  # type: ignore[override]
         return self._supervisor.last_output
 

@@ -1,5 +1,6 @@
-# Native tests of our Julia port (ports/julia/src/*.jl; the classifier's, the norms' and gelu's
-# test sets are in classifier_tests.jl, norms_tests.jl and activations_tests.jl), standard library only.
+# Native tests of our Julia port (ports/julia/src/*.jl; the classifier's, the norms', gelu's and the
+# position operations' test sets are in classifier_tests.jl, norms_tests.jl, activations_tests.jl and
+# positions_tests.jl), standard library only.
 #
 #   julia ports/julia/test/runtests.jl
 #
@@ -14,6 +15,7 @@ include(joinpath(@__DIR__, "..", "src", "attention.jl"))
 include(joinpath(@__DIR__, "..", "src", "classifier.jl"))
 include(joinpath(@__DIR__, "..", "src", "norms.jl"))
 include(joinpath(@__DIR__, "..", "src", "activations.jl"))
+include(joinpath(@__DIR__, "..", "src", "positions.jl"))
 
 # --- independent loop implementations ------------------------------------------------------------
 function naive_softmax_column(s::AbstractVector)
@@ -161,6 +163,7 @@ try
     include(joinpath(@__DIR__, "classifier_tests.jl"))
     include(joinpath(@__DIR__, "norms_tests.jl"))
     include(joinpath(@__DIR__, "activations_tests.jl"))
+    include(joinpath(@__DIR__, "positions_tests.jl"))
 finally
     Test.pop_testset()
 end

@@ -218,4 +218,27 @@ end
 # returns the d x n array itself
 function gelu(x; approximate = "none")
     error("gelu is not written yet")
+
+# sinusoidal_positions(n, d; base = nothing)
+# Vaswani et al.: feature 2i of position p (0-based, both) is sin(p * base^(-2i/d)), feature 2i+1
+# its cos. Positions 0..n-1.
+#   n     the number of positions (rows of the table), an integer
+#   d     the number of features, an even integer
+#   base  the frequencies' base, a number, or nothing for 10000
+# returns the d x n array itself
+function sinusoidal_positions(n, d; base = nothing)
+    error("sinusoidal_positions is not written yet")
+end
+
+# rotary_embedding(x; positions = nothing, base = nothing)
+# RoPE: each feature pair (a, b) of the token at position p becomes (a cos - b sin, b cos + a sin)
+# of the angle p * base^(-2i/d), i = 0..d/2-1; positions default to 0..n-1 (values, not indices).
+# Pairs are (i, i + d/2) ("halves", the default); a port pairing 2i with 2i+1 declares
+# rope_pairing = "interleaved" in attention_ports. The port takes no pairing argument.
+#   x          d x n; one token per column
+#   positions  vector, length n, or nothing
+#   base       the frequencies' base, a number, or nothing for 10000
+# returns the d x n array itself
+function rotary_embedding(x; positions = nothing, base = nothing)
+    error("rotary_embedding is not written yet")
 end

@@ -219,4 +219,27 @@ rms_norm <- function(x, weight = NULL, eps = 1e-5) {
 # returns the n x d array itself
 gelu <- function(x, approximate = "none") {
   stop("gelu is not written yet")
+
+# sinusoidal_positions(n, d, base = NULL)
+# Vaswani et al.: feature 2i of position p (0-based, both) is sin(p * base^(-2i/d)), feature 2i+1
+# its cos. Positions 0..n-1.
+#   n     the number of positions (rows of the table), an integer
+#   d     the number of features, an even integer
+#   base  the frequencies' base, a number, or NULL for 10000
+# returns the n x d array itself
+sinusoidal_positions <- function(n, d, base = NULL) {
+  stop("sinusoidal_positions is not written yet")
+}
+
+# rotary_embedding(x, positions = NULL, base = NULL)
+# RoPE: each feature pair (a, b) of the token at position p becomes (a cos - b sin, b cos + a sin)
+# of the angle p * base^(-2i/d), i = 0..d/2-1; positions default to 0..n-1 (values, not indices).
+# Pairs are (i, i + d/2) ("halves", the default); a port pairing 2i with 2i+1 declares
+# rope_pairing = "interleaved" in attention_ports. The port takes no pairing argument.
+#   x          n x d; one token per row
+#   positions  vector, length n, or NULL
+#   base       the frequencies' base, a number, or NULL for 10000
+# returns the n x d array itself
+rotary_embedding <- function(x, positions = NULL, base = NULL) {
+  stop("rotary_embedding is not written yet")
 }
