@@ -65,9 +65,14 @@ def test_the_workflow_is_plain_shell_steps_and_known_actions() -> None:
 def one_port_repo(repo: Path, lang: str) -> Path:
     """A team's repository: one file holding a complete port (ours, concatenated: the worker and
     rpy2 load a directory's files into one namespace, so one file behaves the same). A port
-    declaration of a single source file would cover only that file, so none is kept."""
+    declaration of a single source file would cover only that file, so none is kept, except the
+    rotary pairing our Julia port computes (interleaved): the one file computes it too."""
     text = "\n".join(p.read_text() for p in PORT_SOURCES[lang])
-    lines = [ln for ln in text.splitlines() if not ln.startswith(("attention_ports <-", "const attention_ports"))]
+    lines = [
+        ln
+        for ln in text.splitlines()
+        if not ln.startswith(("attention_ports <-", "const attention_ports")) or "rope_pairing" in ln
+    ]
     path = repo / PORT_FILE[lang]
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -55,6 +55,18 @@ MUST_REACH = {
     "layer_norm": {f.key for f in coverage.NORM_FEATURES},
     "rms_norm": {f.key for f in coverage.NORM_FEATURES} - {"norm.bias"},
     "gelu": {f.key for f in coverage.ACTIVATION_FEATURES},
+    # the positions' regimes the strategies draw (their sizes stay small: d >= 64 is the catalogue's)
+    "sinusoidal_positions": {"positions.default", "positions.d2", "positions.base_default", "positions.base_custom"},
+    "rotary_embedding": {
+        "positions.halves",
+        "positions.interleaved",
+        "positions.default",
+        "positions.explicit",
+        "positions.far",
+        "positions.d2",
+        "positions.base_default",
+        "positions.base_custom",
+    },
 }
 
 

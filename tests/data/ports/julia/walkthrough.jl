@@ -218,6 +218,7 @@ end
 # returns the d x n array itself
 function gelu(x; approximate = "none")
     error("gelu is not written yet")
+end
 
 # sinusoidal_positions(n, d; base = nothing)
 # Vaswani et al.: feature 2i of position p (0-based, both) is sin(p * base^(-2i/d)), feature 2i+1

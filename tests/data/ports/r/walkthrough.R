@@ -219,6 +219,7 @@ rms_norm <- function(x, weight = NULL, eps = 1e-5) {
 # returns the n x d array itself
 gelu <- function(x, approximate = "none") {
   stop("gelu is not written yet")
+}
 
 # sinusoidal_positions(n, d, base = NULL)
 # Vaswani et al.: feature 2i of position p (0-based, both) is sin(p * base^(-2i/d)), feature 2i+1
