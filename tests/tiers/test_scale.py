@@ -269,7 +269,12 @@ def test_a_bug_on_rows_the_truth_does_not_sample_is_caught_between_implementatio
 
 def test_a_port_wrong_everywhere_fails_both_checks(small: Path, tmp_path: Path) -> None:
     bug = _julia_port(
-        tmp_path, "scaled.jl", ("s = scale === nothing ? inv(sqrt(float(eltype(q))(d_k)))", "s = scale === nothing ? inv(float(eltype(q))(d_k))")
+        tmp_path,
+        "scaled.jl",
+        (
+            "s = scale === nothing ? inv(sqrt(float(eltype(q))(d_k)))",
+            "s = scale === nothing ? inv(float(eltype(q))(d_k))",
+        ),
     )
     report = _run(small, ["reference", "torch", "julia"], {"julia": bug}, case_globs=["small_sdpa_causal"])
     verdict = next(v for v in report.verdicts if v.impl == "julia")
