@@ -182,7 +182,10 @@ def test_every_julia_mutant_that_reaches_the_float32_tier_is_judged_in_float32(
 ) -> None:
     for m in mutants:
         reaches_tier = m.lang == "julia" and bool(mutation.reachable_ops(m) & set(mutation.KIT_TIERS[F32]))
-        assert (F32 in m.precisions) == reaches_tier, m.id
+        # a declaration reaches every operation (it is read for each) but judges the rotary
+        # embedding alone, which the float32 kit does not hold: mutants.toml narrows it to float64
+        narrowed = m.id == "j_declares_halves_but_interleaves"
+        assert (F32 in m.precisions) == (reaches_tier and not narrowed), m.id
     mine = [m for m in mutants if F32 in m.precisions]
     missing = REQUIRED_CLASSES_FLOAT32 - {m.bug_class for m in mine if m.expectation(F32) == "killed"}
     assert not missing, f"float32: no mutant of class {sorted(missing)}"
