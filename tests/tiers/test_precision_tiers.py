@@ -15,9 +15,8 @@ Seconds in all: small draws, a small scale catalogue.
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,16 +137,12 @@ def test_float32_every_row_bounds_equal_the_exact_ones_up_to_their_rounding(op: 
 
 
 @pytest.fixture()
-def small(tmp_path: Path) -> Iterator[Path]:
-    before = os.environ.get(scale.CACHE_ENV)
-    os.environ[scale.CACHE_ENV] = str(tmp_path / "cache")
+def small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # the truth cache's folder through the environment: the pool processes that fill it read it there
+    monkeypatch.setenv(scale.CACHE_ENV, str(tmp_path / "cache"))
     path = tmp_path / "small.toml"
     path.write_text(SMALL)
-    yield path
-    if before is None:
-        del os.environ[scale.CACHE_ENV]
-    else:
-        os.environ[scale.CACHE_ENV] = before
+    return path
 
 
 def test_the_scale_tier_at_float32_passes_the_float32_builtins(small: Path) -> None:
