@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from attention_ports.core import paths
+from attention_ports.spec.precision import Storage, round_to
 
 FORMAT = 1
 LENGTHS = (256, 1024, 4096)
@@ -89,38 +90,37 @@ class Output:
         return " L=" not in self.group
 
 
-def storage(precision: str) -> str:
-    """The storage format of a precision ("bfloat16" of "bfloat16/float32"): what the tables are keyed by."""
-    return precision.split("/")[0]
-
-
 # ------------------------------------------------------------------------------------------- rules
-def storage_round(x: np.ndarray, dtype: Any) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return np.asarray(x).astype(dtype).astype(np.float64)
+def storage_round(x: np.ndarray, storage: Storage) -> np.ndarray:
+    """``x`` rounded to the storage format (bfloat16 too, which NumPy has no dtype for)."""
+    return round_to(np.asarray(x, dtype=np.float64), storage)
 
 
-def flash_atol(ref: np.ndarray, dtype: Any) -> float:
-    """FlashAttention's ``fwd_atol = 2 max|out_ref + 0.3 - 0.3 - out_ref|``, in the storage dtype."""
-    r = np.asarray(ref).astype(dtype)
-    return 2 * float(np.max(np.abs(((r + dtype(0.3)) - dtype(0.3)) - r).astype(np.float64), initial=0.0))
+def flash_atol(ref: np.ndarray, storage: Storage) -> float:
+    """FlashAttention's ``fwd_atol = 2 max|out_ref + 0.3 - 0.3 - out_ref|``, every operation rounded
+    to the storage format (the sum of two storage values is exact in float64, then rounded once:
+    the storage format's own correctly rounded addition)."""
+    r = storage_round(ref, storage)
+    c = float(storage_round(np.array(0.3), storage))
+    back = storage_round(storage_round(r + c, storage) - c, storage)
+    return 2 * float(np.max(np.abs(back - r), initial=0.0))
 
 
-def threshold(rule: str, out: Output, dtype: Any, precision: str) -> tuple[np.ndarray, np.ndarray] | None:
+def threshold(rule: str, out: Output, storage: Storage) -> tuple[np.ndarray, np.ndarray] | None:
     """(the values the rule judges against, each element's threshold); None where the rule cannot
     be evaluated (the FlashAttention rule without a torch output)."""
     if rule == "certified":
         return out.exact, out.bound
     if rule == "assert_close":
-        rtol, atol = ASSERT_CLOSE[storage(precision)]
+        rtol, atol = ASSERT_CLOSE[storage.name]
         return out.exact, atol + rtol * np.abs(out.exact)
     if rule == "flash_2x":
         pt = out.actual.get("torch")
         if pt is None:
             return None
-        ref = storage_round(out.exact, dtype)
+        ref = storage_round(out.exact, storage)
         err_pt = float(np.max(np.abs(pt - ref))) if np.all(np.isfinite(pt)) else math.inf
-        return ref, np.full(ref.shape, FLASH_FACTOR * err_pt + flash_atol(out.exact, dtype))
+        return ref, np.full(ref.shape, FLASH_FACTOR * err_pt + flash_atol(out.exact, storage))
     raise ValueError(f"unknown rule {rule!r}; known: {', '.join(RULES)}")
 
 
@@ -159,8 +159,8 @@ class Measured:
     random_sign: float | None  # the same on the reference's output times (1 + s r); None without one
 
 
-def measure_output(out: Output, rule: str, dtype: Any, precision: str) -> Measured | None:
-    judged = threshold(rule, out, dtype, precision)
+def measure_output(out: Output, rule: str, storage: Storage) -> Measured | None:
+    judged = threshold(rule, out, storage)
     if judged is None:
         return None
     ref, t = judged
@@ -275,7 +275,7 @@ def generated_case(length: int, fmt: Any, rows: int = ROWS) -> tuple[dict[str, n
     from attention_ports.truth.precision import rules
 
     rng = np.random.default_rng(SEED + length)
-    inputs = {n: storage_round(rng.standard_normal((length, D)), fmt.dtype) for n in "qkv"}
+    inputs = {n: storage_round(rng.standard_normal((length, D)), fmt.storage_format) for n in "qkv"}
     others = rng.permutation(np.arange(1, length - 1))[: max(0, rows - 2)]
     picked = sorted({0, length - 1, *(int(i) for i in others)})
     with rules(fmt):
@@ -372,7 +372,7 @@ def _median(xs: Sequence[float]) -> float | None:
 
 
 def summarise(outputs: Sequence[Output], fmt: Any, impls: Sequence[str], unavailable: Mapping[str, str]) -> dict:
-    goal = GOALS.get(storage(fmt.name))
+    goal = GOALS.get(fmt.storage_format.name)
     groups = list(dict.fromkeys(o.group for o in outputs))
     doc: dict[str, Any] = {
         "format": FORMAT,
@@ -391,7 +391,7 @@ def summarise(outputs: Sequence[Output], fmt: Any, impls: Sequence[str], unavail
         row: dict[str, Any] = {"group": out.group, "case": out.case, "output": out.name}
         row["elements"] = int(out.exact.size)
         for rule in RULES:
-            m = measure_output(out, rule, fmt.dtype, fmt.name)
+            m = measure_output(out, rule, fmt.storage_format)
             if m is None:
                 continue
             per_rule[rule].append((out, m))

@@ -43,13 +43,13 @@ def test_an_injected_error_of_10x_the_smallest_caught_is_caught_and_half_of_it_i
     truth = tolerances.generated_case(16, F32)[2]
     out.exact, out.bound = (a.ravel() for a in truth["output"])
     for rule in ("certified", "assert_close"):
-        ref, t = tolerances.threshold(rule, out, F32.dtype, "float32")
+        ref, t = tolerances.threshold(rule, out, F32.storage_format)
         r = tolerances.smallest_caught(out.exact, np.ones_like(out.exact), ref, t)
         assert 0 < r < math.inf
         assert tolerances.used(out.exact * (1 + 10 * r), ref, t) > 1  # caught
         assert tolerances.used(out.exact * (1 + r / 2), ref, t) <= 1  # missed
         # random signs on a float32 output: the closed form agrees with the direct check as well
-        base = tolerances.storage_round(out.exact, F32.dtype)
+        base = tolerances.storage_round(out.exact, F32.storage_format)
         signs = np.random.default_rng(0).choice((-1.0, 1.0), size=base.shape)
         r = tolerances.smallest_caught(base, signs, ref, t)
         assert tolerances.used(base * (1 + signs * r * 1.01), ref, t) > 1
@@ -62,14 +62,14 @@ def test_an_injected_error_of_10x_the_smallest_caught_is_caught_and_half_of_it_i
 
 def test_the_flash_rule_is_twice_torchs_error_plus_the_rounding_of_0_3(doc: dict) -> None:
     # FlashAttention's fwd_atol = 2 max|out_ref + 0.3 - 0.3 - out_ref| in the storage dtype
-    assert tolerances.flash_atol(np.array([1.0]), np.float32) == 2 * abs(
+    assert tolerances.flash_atol(np.array([1.0]), F32.storage_format) == 2 * abs(
         float((np.float32(1.0) + np.float32(0.3)) - np.float32(0.3)) - 1.0
     )
     out = tolerances.Output("sdpa", "t", "output", np.array([1.0, 0.5]), np.array([1e-6, 1e-6]))
-    assert tolerances.threshold("flash_2x", out, np.float32, "float32") is None  # no torch output
+    assert tolerances.threshold("flash_2x", out, F32.storage_format) is None  # no torch output
     out.actual["torch"] = np.array([1.0 + 2**-23, 0.5])
-    ref, t = tolerances.threshold("flash_2x", out, np.float32, "float32")
-    assert t[0] == 2 * 2**-23 + tolerances.flash_atol(out.exact, np.float32)
+    ref, t = tolerances.threshold("flash_2x", out, F32.storage_format)
+    assert t[0] == 2 * 2**-23 + tolerances.flash_atol(out.exact, F32.storage_format)
     assert list(ref) == [1.0, 0.5]  # out_ref: the exact values in the storage dtype
 
 
