@@ -199,16 +199,9 @@ def agree(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray) -> np.nda
 
 
 def ulp_of(mag: np.ndarray, fmt: Format) -> np.ndarray:
-    """The spacing of ``fmt`` at each (positive, finite) magnitude: ``numpy.spacing`` for float64;
-    else 2^(e - p + 1) in the binade [2^e, 2^(e+1)), the smallest normal's spacing below it
-    (``Format.ulps``, vectorised: ``frexp`` is exact, no rounding to the format)."""
-    if fmt.name == DEFAULT:
-        return np.spacing(mag)
-    # A mixed format's values live in its storage format (bfloat16 of "bfloat16/float32"): the
-    # port's results are that format's numbers, so its ulps are the unit a port author reads.
-    st = fmt.storage_format
-    _, e = np.frexp(np.maximum(mag, 2.0**st.min_normal_exp))  # mag = m 2^e, m in [0.5, 1)
-    return np.ldexp(1.0, e - st.mantissa_bits)
+    """The spacing of ``fmt``'s results at each magnitude (``Format.spacing``: a mixed format's
+    storage format's, bfloat16's for "bfloat16/float32", the unit a port author reads)."""
+    return fmt.spacing(mag)
 
 
 def compare(expected: np.ndarray, actual: np.ndarray, bound: np.ndarray, fmt: Format | None = None) -> Comparison:

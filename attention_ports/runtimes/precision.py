@@ -74,11 +74,19 @@ def _tier_op(op: str, impl: str, fmt: str = "float32") -> None:
         raise OperationMissing(f"{op} is not in the {fmt} tier of {impl} (its operations: {', '.join(ops)})")
 
 
+def _reference_in_float32(
+    op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]
+) -> tuple[dict[str, np.ndarray], Any]:
+    """The NumPy reference given float32 arrays (and Python floats: weak scalars): its arguments and result."""
+    opts = {k: float(v) if isinstance(v, float) else v for k, v in options.items()}
+    args = _storage(inputs, np.float32)
+    return args, call_reference(op, args, opts)
+
+
 class Float32Reference(ReferenceImplementation):
     def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
         _tier_op(op, "reference")
-        opts = {k: float(v) if isinstance(v, float) else v for k, v in options.items()}  # weak scalars
-        return _widened(call_reference(op, _storage(inputs, np.float32), opts))
+        return _widened(_reference_in_float32(op, inputs, options)[1])
 
     def describe(self) -> str:
         return super().describe() + ", run in float32"
@@ -94,9 +102,7 @@ class MixedReference(ReferenceImplementation):
 
     def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
         _tier_op(op, "reference", self.fmt.name)
-        opts = {k: float(v) if isinstance(v, float) else v for k, v in options.items()}  # weak scalars
-        args = _storage(inputs, np.float32)
-        out = call_reference(op, args, opts)
+        args, out = _reference_in_float32(op, inputs, options)
         storage = self.fmt.storage
         assert storage is not None
         if op == "scaled_dot_product_attention":

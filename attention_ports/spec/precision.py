@@ -142,10 +142,19 @@ class Format:
         """What core.validate.check_bounds accepts: largest relative bound, resolution, underflow (exponents)."""
         return (self.max_relative_bound_exp, self.resolution_exp, self.underflow_exp)
 
+    def spacing(self, mag: np.ndarray) -> np.ndarray:
+        """The spacing of the values a port returns (the storage format's) at each positive finite
+        magnitude: ``numpy.spacing`` for float64; else 2^(e - p + 1) in the binade [2^e, 2^(e+1)),
+        the smallest normal's below it (``frexp`` is exact: nothing is rounded to the format)."""
+        if self.name == DEFAULT:
+            return np.spacing(mag)
+        st = self.storage_format
+        _, e = np.frexp(np.maximum(mag, 2.0**st.min_normal_exp))  # mag = m 2^e, m in [0.5, 1)
+        return np.ldexp(1.0, e - st.mantissa_bits)
+
     def ulps(self, error: float, value: float) -> float:
-        """``error`` in units in the last place of this format at ``value`` (normal range)."""
-        mag = max(abs(value), 2.0**self.min_normal_exp)
-        return error / 2.0 ** (math.floor(math.log2(mag)) - self.mantissa_bits + 1)
+        """``error`` in units in the last place of this format at ``value``."""
+        return error / float(self.spacing(np.array([abs(value)]))[0])
 
 
 FORMATS: dict[str, Format] = {
