@@ -23,6 +23,9 @@ class Role(Enum):
     SCALAR = "scalar"  # 0-D: identical
     ROWS = "rows"  # a matrix softmax normalises along its last axis: transpose, like TOKENS
     INDEX = "index"  # integer class indices: 0-based in the reference, 1-based in R and Julia
+    # A stack of per-block parameters (gpt_forward): the block axis first here, last in Julia.
+    BLOCK_WEIGHT = "block_weight"  # (n_layer, d_in, d_out) <-> (d_out, d_in, n_layer): reverse the axes
+    BLOCK_VECTOR = "block_vector"  # (n_layer, d)           <-> (d, n_layer): transpose
 
 
 # What each axis of an array of a role indexes, in the reference layout; a language with another
@@ -36,6 +39,8 @@ AXIS_NAMES: dict[Role, tuple[str, ...]] = {
     Role.SCALAR: (),
     Role.ROWS: ("vector", "entry"),  # each vector (a reference row) is one softmax
     Role.INDEX: ("entry",),
+    Role.BLOCK_WEIGHT: ("block", "input feature", "output feature"),
+    Role.BLOCK_VECTOR: ("block", "entry"),
 }
 
 
@@ -253,5 +258,112 @@ register(
         outputs=("output",),
         roles=_POSITION_ROLES,
         family="position",
+    )
+)
+
+
+# The transformer (issue 18; reference/transformer.py): GPT-2's pre-norm decoder, biases everywhere,
+# layer norms with eps inside the square root, causal multi-head attention (heads as in
+# multi_head_attention: contiguous blocks of d / num_heads projected features, scale 1/sqrt(d_head)),
+# a position-wise feed-forward x W_1 + b_1 -> gelu -> W_2 + b_2 (d_ff wide). ``approximate`` is
+# gelu's option ("none" when absent; GPT-2 uses "tanh"), ``eps`` the layer norms' (1e-5 when absent).
+FFN_PARAMS: tuple[str, ...] = ("w_1", "b_1", "w_2", "b_2")
+BLOCK_PARAMS: tuple[str, ...] = (
+    "ln1_w",
+    "ln1_b",
+    "w_q",
+    "b_q",
+    "w_k",
+    "b_k",
+    "w_v",
+    "b_v",
+    "w_o",
+    "b_o",
+    "ln2_w",
+    "ln2_b",
+    *FFN_PARAMS,
+)
+# gpt_forward's parameters: the token table wte (vocab x d), the learned positions wpe (n_ctx x d),
+# every block's parameters stacked along a leading block axis (w_q: n_layer x d x d; ln1_w:
+# n_layer x d), the final norm and an untied LM head (d x vocab).
+GPT_PARAMS: tuple[str, ...] = ("wte", "wpe", *BLOCK_PARAMS, "lnf_w", "lnf_b", "w_head")
+_BLOCK_ROLES = {
+    "x": Role.TOKENS,
+    "y": Role.TOKENS,
+    **{n: (Role.WEIGHT if n.startswith("w_") else Role.VECTOR) for n in BLOCK_PARAMS},
+}
+register(
+    OpSpec(
+        "feed_forward",
+        args=("x", *FFN_PARAMS),
+        options=("approximate",),
+        outputs=("y",),
+        roles=_BLOCK_ROLES,
+        family="transformer",
+    )
+)
+register(
+    OpSpec(
+        "decoder_block",
+        args=("x",),
+        positional_options=("num_heads",),
+        options=("eps", "approximate"),
+        outputs=("y",),
+        roles=_BLOCK_ROLES,
+        groups={"params": BLOCK_PARAMS},
+        family="transformer",
+    )
+)
+register(
+    OpSpec(
+        "gpt_forward",
+        args=("tokens",),
+        positional_options=("num_heads",),
+        options=("eps", "approximate"),
+        outputs=("logits",),
+        roles={
+            "tokens": Role.INDEX,  # token ids: 0-based here, 1-based in R and Julia
+            "logits": Role.TOKENS,  # (n, vocab): one row of next-token logits per position
+            "wte": Role.TOKENS,  # (vocab, d): row t is token t's embedding (Julia: d x vocab, as Flux)
+            "wpe": Role.TOKENS,  # (n_ctx, d): row p is position p's embedding
+            **{n: (Role.BLOCK_WEIGHT if n.startswith("w_") else Role.BLOCK_VECTOR) for n in BLOCK_PARAMS},
+            "lnf_w": Role.VECTOR,
+            "lnf_b": Role.VECTOR,
+            "w_head": Role.WEIGHT,  # (d, vocab)
+        },
+        groups={"params": GPT_PARAMS},
+        family="transformer",
+    )
+)
+
+
+# Next-token cross-entropy (reference/transformer.py): the mean over the counted positions of
+# logsumexp(logits_i) - logits_i[targets_i]. targets are token ids (0-based here, 1-based in R and
+# Julia); positions whose target equals ignore_index (an index like the targets, in the same base:
+# a padding token's id, or one below the first id) are not counted. ignore_index absent: every
+# position counts.
+register(
+    OpSpec(
+        "lm_loss",
+        args=("logits", "targets"),
+        kwargs=("ignore_index",),
+        outputs=("loss",),
+        roles={"logits": Role.TOKENS, "targets": Role.INDEX, "ignore_index": Role.INDEX, "loss": Role.SCALAR},
+        family="transformer",
+    )
+)
+# One AdamW step (Loshchilov and Hutter; torch.optim.AdamW) on one parameter array: m and v are the
+# moment estimates before the step, step the step's number t >= 1 (a count, not an index: the same
+# in every language), bias-corrected moments, weight decay decoupled (param * (1 - lr * wd)); plain
+# Adam is weight_decay = 0. Returns the updated param, m and v.
+register(
+    OpSpec(
+        "adamw_step",
+        args=("param", "grad", "m", "v"),
+        positional_options=("step",),
+        options=("lr", "beta1", "beta2", "eps", "weight_decay"),
+        outputs=("param", "m", "v"),
+        roles={"param": Role.WEIGHT, "grad": Role.WEIGHT, "m": Role.WEIGHT, "v": Role.WEIGHT},
+        family="optimizer",
     )
 )

@@ -32,6 +32,12 @@ _MHA_B = {b: ("d_model",) for b in ("b_q", "b_k", "b_v", "b_o")}
 
 #: Every array's axes in the reference (= R) layout, by operation; () is a scalar. Group members
 #: ("params.w_q") and grouped outputs ("grads.w_q") are looked up by their last name.
+_FFN = {"w_1": ("d", "d_ff"), "b_1": ("d_ff",), "w_2": ("d_ff", "d"), "b_2": ("d",)}
+_BLOCK = {
+    **{n: ("d",) for n in ("ln1_w", "ln1_b", "b_q", "b_k", "b_v", "b_o", "ln2_w", "ln2_b")},
+    **{n: ("d", "d") for n in ("w_q", "w_k", "w_v", "w_o")},
+    **_FFN,
+}
 SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
     "softmax": {"x": ("n", "m"), "y": ("n", "m")},
     "scaled_dot_product_attention": {
@@ -93,6 +99,20 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
     "gelu": {"x": ("n", "d"), "y": ("n", "d")},
     "sinusoidal_positions": {"table": ("n", "d")},
     "rotary_embedding": {"x": ("n", "d"), "positions": ("n",), "output": ("n", "d")},
+    "feed_forward": {**_FFN, "x": ("n", "d"), "y": ("n", "d")},
+    "decoder_block": {**_BLOCK, "x": ("n", "d"), "y": ("n", "d")},
+    "gpt_forward": {
+        "tokens": ("n",),
+        "wte": ("vocab", "d"),
+        "wpe": ("n_ctx", "d"),
+        **{k: ("n_layer", *v) for k, v in _BLOCK.items()},
+        "lnf_w": ("d",),
+        "lnf_b": ("d",),
+        "w_head": ("d", "vocab"),
+        "logits": ("n", "vocab"),
+    },
+    "lm_loss": {"logits": ("n", "vocab"), "targets": ("n",), "ignore_index": (), "loss": ()},
+    "adamw_step": {"param": ("r", "c"), "grad": ("r", "c"), "m": ("r", "c"), "v": ("r", "c")},
 }
 
 #: What each scalar option is, and its default (None: the language's "absent").
@@ -109,7 +129,14 @@ OPTIONS: dict[str, tuple[str, dict[str, str] | None]] = {
         '"none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2\'s approximation), as torch',
         {"r": '"none"', "julia": '"none"'},
     ),
-    "eps": ("a number >= 0 added inside the square root (1e-5 when absent, as torch)", {"r": "1e-5", "julia": "1e-5"}),
+    "eps": (
+        "a number >= 0: a norm adds it inside the square root (absent: 1e-5), adamw_step to it (absent: 1e-8)",
+        None,
+    ),
+    "step": ("the step's number t >= 1, an integer (a count, not an index)", None),
+    "beta1": ("the first moment's decay, 0.9 when absent", None),
+    "beta2": ("the second moment's decay, 0.999 when absent", None),
+    "weight_decay": ("decoupled weight decay, 0.01 when absent (0: plain Adam)", None),
     "n": ("the number of positions (rows of the table), an integer", None),
     "d": ("the number of features, an even integer", None),
     "base": ("the frequencies' base, a number, or absent for 10000", None),
@@ -122,6 +149,8 @@ _ROLE_NOTES = {
     Role.SCORES: {"r": "queries x keys", "julia": "keys x queries"},
     Role.ROWS: {"r": "normalise each row", "julia": "normalise each column"},
     Role.INDEX: {"r": "1-based class index", "julia": "1-based class index"},
+    Role.BLOCK_WEIGHT: {"r": "n_layer x d_in x d_out, block first", "julia": "d_out x d_in x n_layer, block last"},
+    Role.BLOCK_VECTOR: {"r": "n_layer x d, a row per block", "julia": "d x n_layer, a column per block"},
 }
 
 #: What each operation computes (ports/CONTRACT.md), written above its stub.
@@ -173,6 +202,24 @@ NOTES: dict[str, str] = {
         "of the angle p * base^(-2i/d), i = 0..d/2-1; positions default to 0..n-1 (values, not indices).\n"
         'Pairs are (i, i + d/2) ("halves", the default); a port pairing 2i with 2i+1 declares\n'
         'rope_pairing = "interleaved" in attention_ports. The port takes no pairing argument.'
+    ),
+    "feed_forward": "Position-wise: y = gelu(x W_1 + b_1) W_2 + b_2, gelu as asked by approximate.",
+    "decoder_block": (
+        "GPT-2's pre-norm block: h = x + attn(layer_norm(x; ln1_w, ln1_b)), y = h + feed_forward(layer_norm(h;\n"
+        "ln2_w, ln2_b)); attn is causal multi-head self-attention (as multi_head_attention, query i sees keys\n"
+        "1..i) with its output projection w_o, b_o."
+    ),
+    "gpt_forward": (
+        "x = wte[tokens] + wpe[positions 1..n]; every block in order (block b's parameters are slice b of\n"
+        "each stacked array); logits = layer_norm(x; lnf_w, lnf_b) W_head: a row of logits per position."
+    ),
+    "lm_loss": (
+        "Next-token cross-entropy: the mean over counted positions of logsumexp(logits_i) - logits_i[targets_i];\n"
+        "a position whose target equals ignore_index is not counted. Use a stable log-sum-exp."
+    ),
+    "adamw_step": (
+        "m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad^2; param = param (1 - lr wd)\n"
+        "- lr (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps). Returns param, m, v."
     ),
 }
 
