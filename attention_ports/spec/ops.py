@@ -349,7 +349,7 @@ register(
         kwargs=("ignore_index",),
         outputs=("loss",),
         roles={"logits": Role.TOKENS, "targets": Role.INDEX, "ignore_index": Role.INDEX, "loss": Role.SCALAR},
-        family="transformer",
+        family="loss",
     )
 )
 # One AdamW step (Loshchilov and Hutter; torch.optim.AdamW) on one parameter array: m and v are the
