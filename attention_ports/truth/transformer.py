@@ -278,12 +278,17 @@ def t_ffn_sublayer(x: Tangent, p: Mapping[str, T], eps: arb, form: str) -> Tange
     return t_add(x, t_affine(hidden, p["w_2"], p["b_2"]))
 
 
+def ball(x: T) -> arb_mat:
+    """Every x' with ``|x' - x| <= e``, as balls."""
+    assert x.e is not None
+    return am.build(*x.shape, [v + arb(0, e) for v, e in zip(x.v.entries(), x.e.entries(), strict=True)])
+
+
 def carried(x: T, tangent: Callable[[Tangent], Tangent]) -> arb_mat:
     """``sum_k |J_ik| e_k``, J the Jacobian of ``tangent``'s function enclosed over the whole
     ball ``x +/- e``: by the mean value theorem, a bound of ``|f(x') - f(x)|`` for every x' in it."""
     assert x.e is not None
-    ball = am.build(*x.shape, [v + arb(0, e) for v, e in zip(x.v.entries(), x.e.entries(), strict=True)])
-    out = tangent(Tangent.seed(ball))
+    out = tangent(Tangent.seed(ball(x)))
     n, w = am.shape(out.v)
     # |J| as (m x n w): row k is direction k's derivative of every output element
     jac = am.build(out.m, n * w, [z.abs_upper() for z in out.d.entries()])
@@ -295,8 +300,7 @@ def through(g: Graph, x: T, graph: Callable[[Graph, T], T], tangent: Callable[[T
     ``graph``'s own (its exact-input rules on the ball x +/- e) plus ``carried``."""
     if not g.track or x.e is None:
         return graph(g, x)
-    ball = am.build(*x.shape, [v + arb(0, e) for v, e in zip(x.v.entries(), x.e.entries(), strict=True)])
-    own = graph(g, T(ball))
+    own = graph(g, T(ball(x)))
     value = graph(Graph(track=False), T(x.v))
     assert own.e is not None
     return T(value.v, own.e + carried(x, tangent))
