@@ -477,6 +477,23 @@ def test_every_correct_gpt_forward_is_within_the_bound_and_bugs_are_not(form: st
     assert worst > 1e-5  # measured: 5e-5 to 2.5e-4
 
 
+def test_node_by_node_carrying_is_sound_and_looser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_DIRECTIONS the error is carried node by node (layer_norm_carried, gelu_carried,
+    the projections): still every correct formulation within the bound, the sublayers' Jacobian
+    tighter than it."""
+    inputs = gpt_inputs(np.random.default_rng(2), n=4, d=8, d_ff=16)
+    options = {"num_heads": 2, "approximate": "tanh"}
+    expected, tight = truth("gpt_forward", inputs, options, "logits")
+    monkeypatch.setattr(transformer, "MAX_DIRECTIONS", 0)
+    same, loose = truth("gpt_forward", inputs, options, "logits")
+    np.testing.assert_array_equal(same, expected)
+    assert np.median(loose / tight) > 10  # measured: ~40
+    tokens, p = inputs["tokens"], params_of(inputs)
+    for ln, how in BLOCK_CORRECT.values():
+        assert fraction(expected, gpt_np(tokens, p, 2, 1e-5, "tanh", ln, how), loose) <= 1
+    assert fraction(expected, gpt_torch(tokens, p, 2, 1e-5, "tanh"), loose) <= 1
+
+
 def test_gpt_forward_bad_inputs_are_named() -> None:
     inputs = gpt_inputs(np.random.default_rng(0), n=3, d=4, d_ff=8, n_layer=2, vocab=5)
     opts = {"num_heads": 2}
@@ -535,6 +552,43 @@ def test_an_error_carried_through_a_sublayer_is_bounded_by_its_jacobian_and_reac
 def mids(m, upper: bool = False) -> np.ndarray:
     """An arb_mat as a float array: the balls' midpoints, or their upper ends."""
     return np.array([float(z.upper() if upper else z.mid()) for z in m.entries()]).reshape(m.nrows(), m.ncols())
+
+
+def test_layer_norm_with_input_errors_bounds_every_point_of_its_ball() -> None:
+    """norms.layer_norm_carried contains |y(x') - y(x)| for x' anywhere within e of x (exact, in
+    arb), and moved along the signs of the Jacobian's row the change reaches a third of it."""
+    from attention_ports.truth import norms
+
+    rng = np.random.default_rng(9)
+    eps = arb(1e-5)
+    old = ctx.prec
+    ctx.prec = 128
+    try:
+        for scale in (1.0, 1e3):
+            x_arr = scale * rng.normal(size=6) + scale * 0.5
+            e_arr = 1e-9 * scale * (1 + rng.random(6))
+            x, e = [arb(v) for v in x_arr], [arb(v) for v in e_arr]
+
+            def y(row: list) -> list:
+                c = [(6 * xj - sum(row, arb(0))) / 6 for xj in row]
+                r = (sum((cj * cj for cj in c), arb(0)) / 6 + eps).rsqrt()
+                return [cj * r for cj in c]
+
+            c = [(6 * xj - sum(x, arb(0))) / 6 for xj in x]
+            v = sum((cj * cj for cj in c), arb(0)) / 6
+            bound = [float(b.upper()) for b in norms.layer_norm_carried(x, e, c, v, eps)]
+            y0 = y(x)
+            yhat = np.array([float(t.mid()) for t in y0])
+            for j in range(6):
+                jac = (np.eye(6)[j] - 1 / 6 - yhat[j] * yhat / 6) * 1.0  # d y_j / d x_k, up to r > 0
+                for signs in (np.sign(jac), rng.choice([-1.0, 1.0], size=6)):
+                    moved = y([xi + arb(s * ei) for xi, s, ei in zip(x, signs, e_arr, strict=True)])
+                    diff = abs(float((moved[j] - y0[j]).mid()))
+                    assert diff <= bound[j]
+                adversarial = y([xi + arb(s * ei) for xi, s, ei in zip(x, np.sign(jac), e_arr, strict=True)])
+                assert abs(float((adversarial[j] - y0[j]).mid())) >= bound[j] / 3  # measured: 0.41 to 0.83
+    finally:
+        ctx.prec = old
 
 
 def test_gelu_with_an_input_error_bounds_every_point_of_its_ball() -> None:
