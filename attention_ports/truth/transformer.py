@@ -300,6 +300,9 @@ def carried(x: T, tangent: Callable[[Tangent], Tangent]) -> arb_mat:
     n, w = am.shape(out.v)
     # |J| as (m x n w): row k is direction k's derivative of every output element
     jac = am.build(out.m, n * w, [z.abs_upper() for z in out.d.entries()])
+    if not all(z.is_finite() for z in jac.entries()):
+        # e.g. a layer norm whose row is constant somewhere in the ball, with eps = 0
+        raise bounds.BoundError("a sublayer's Jacobian is unbounded over its input's error ball")
     return am.build(n, w, (am.build(1, out.m, x.e.entries()) * jac).entries())
 
 

@@ -494,6 +494,15 @@ def test_node_by_node_carrying_is_sound_and_looser(monkeypatch: pytest.MonkeyPat
     assert fraction(expected, gpt_torch(tokens, p, 2, 1e-5, "tanh"), loose) <= 1
 
 
+def test_a_jacobian_unbounded_over_the_error_ball_is_refused() -> None:
+    """A row that the carried error can make constant, under eps = 0: no bound, not an infinite one."""
+    inputs = block_inputs(np.random.default_rng(0), n=2, d=4, d_ff=8)
+    (p,) = transformer.block_params(inputs, 4, stacked=False)
+    x = exact.T(am.from_array(np.array([[1.0, 1.0 + 2**-40, 1.0, 1.0], [0.5, -1.0, 2.0, 0.0]])), am.full(2, 4, 1e-9))
+    with pytest.raises(bounds.BoundError, match="unbounded over its input's error ball"):
+        transformer.carried(x, lambda t: transformer.t_ffn_sublayer(t, p, arb(0), "none"))
+
+
 def test_gpt_forward_bad_inputs_are_named() -> None:
     inputs = gpt_inputs(np.random.default_rng(0), n=3, d=4, d_ff=8, n_layer=2, vocab=5)
     opts = {"num_heads": 2}
