@@ -314,6 +314,19 @@ register(
         family="transformer",
     )
 )
+_GPT_ROLES = {
+    "tokens": Role.INDEX,  # token ids: 0-based here, 1-based in R and Julia
+    "targets": Role.INDEX,  # the next token ids (gpt_grads), like tokens
+    "ignore_index": Role.INDEX,  # 0-D: a target id that is not counted, in the targets' base
+    "logits": Role.TOKENS,  # (n, vocab): one row of next-token logits per position
+    "loss": Role.SCALAR,
+    "wte": Role.TOKENS,  # (vocab, d): row t is token t's embedding (Julia: d x vocab, as Flux)
+    "wpe": Role.TOKENS,  # (n_ctx, d): row p is position p's embedding
+    **{n: (Role.BLOCK_WEIGHT if n.startswith("w_") else Role.BLOCK_VECTOR) for n in BLOCK_PARAMS},
+    "lnf_w": Role.VECTOR,
+    "lnf_b": Role.VECTOR,
+    "w_head": Role.WEIGHT,  # (d, vocab)
+}
 register(
     OpSpec(
         "gpt_forward",
@@ -321,16 +334,22 @@ register(
         positional_options=("num_heads",),
         options=("eps", "approximate"),
         outputs=("logits",),
-        roles={
-            "tokens": Role.INDEX,  # token ids: 0-based here, 1-based in R and Julia
-            "logits": Role.TOKENS,  # (n, vocab): one row of next-token logits per position
-            "wte": Role.TOKENS,  # (vocab, d): row t is token t's embedding (Julia: d x vocab, as Flux)
-            "wpe": Role.TOKENS,  # (n_ctx, d): row p is position p's embedding
-            **{n: (Role.BLOCK_WEIGHT if n.startswith("w_") else Role.BLOCK_VECTOR) for n in BLOCK_PARAMS},
-            "lnf_w": Role.VECTOR,
-            "lnf_b": Role.VECTOR,
-            "w_head": Role.WEIGHT,  # (d, vocab)
-        },
+        roles=_GPT_ROLES,
+        groups={"params": GPT_PARAMS},
+        family="transformer",
+    )
+)
+# Every parameter's gradient of lm_loss(gpt_forward(tokens, params), targets, ignore_index) (the
+# loss of llm.c's test_gpt2 step): the loss and grads.<name> shaped as params.<name>.
+register(
+    OpSpec(
+        "gpt_grads",
+        args=("tokens", "targets"),
+        kwargs=("ignore_index",),
+        positional_options=("num_heads",),
+        options=("eps", "approximate"),
+        outputs=("loss", *(f"grads.{p}" for p in GPT_PARAMS)),
+        roles=_GPT_ROLES,
         groups={"params": GPT_PARAMS},
         family="transformer",
     )

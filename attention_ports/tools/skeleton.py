@@ -111,6 +111,18 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         "w_head": ("d", "vocab"),
         "logits": ("n", "vocab"),
     },
+    "gpt_grads": {
+        "tokens": ("n",),
+        "targets": ("n",),
+        "ignore_index": (),
+        "loss": (),
+        "wte": ("vocab", "d"),
+        "wpe": ("n_ctx", "d"),
+        **{k: ("n_layer", *v) for k, v in _BLOCK.items()},
+        "lnf_w": ("d",),
+        "lnf_b": ("d",),
+        "w_head": ("d", "vocab"),
+    },
     "lm_loss": {"logits": ("n", "vocab"), "targets": ("n",), "ignore_index": (), "loss": ()},
     "adamw_step": {"param": ("r", "c"), "grad": ("r", "c"), "m": ("r", "c"), "v": ("r", "c")},
 }
@@ -212,6 +224,10 @@ NOTES: dict[str, str] = {
     "gpt_forward": (
         "x = wte[tokens] + wpe[positions 1..n]; every block in order (block b's parameters are slice b of\n"
         "each stacked array); logits = layer_norm(x; lnf_w, lnf_b) W_head: a row of logits per position."
+    ),
+    "gpt_grads": (
+        "loss = lm_loss(gpt_forward(tokens, params), targets, ignore_index); returns the loss and grads, a\n"
+        "collection with every parameter's gradient (same names and shapes as params)."
     ),
     "lm_loss": (
         "Next-token cross-entropy: the mean over counted positions of logsumexp(logits_i) - logits_i[targets_i];\n"
