@@ -85,7 +85,8 @@ def _num_heads(num_heads: object, d: int, where: str) -> int:
 
 
 def _ffn(x: np.ndarray, w_1: np.ndarray, b_1: np.ndarray, w_2: np.ndarray, b_2: np.ndarray, approximate) -> np.ndarray:
-    hidden = gelu(x @ w_1 + b_1, approximate=approximate)  # (n, d_ff)
+    # gelu's erf form is the C library's erf, in float64: back to x's dtype (the float32 tier)
+    hidden = gelu(x @ w_1 + b_1, approximate=approximate).astype(x.dtype, copy=False)  # (n, d_ff)
     return hidden @ w_2 + b_2  # (n, d)
 
 
