@@ -422,9 +422,7 @@ def multi_head_attention(
             "multi_head_attention: query, key and value need the same d_model, key and value the same n_k; "
             f"got query {query.shape}, key {key.shape}, value {value.shape}"
         )
-    h = options.get("num_heads")
-    if isinstance(h, bool) or not isinstance(h, int) or h < 1 or d % h:
-        raise InputError(f"multi_head_attention: num_heads={h!r} must be a positive divisor of d_model={d}")
+    h = num_heads(options, d, "multi_head_attention")
     w = {}
     for s in "qkvo":
         arr = _f64(inputs, f"w_{s}", 2)
@@ -448,6 +446,13 @@ def multi_head_attention(
         "output": Out(output, output.shape, _nan_rows(heads.dead, g.masked_query)),
         "weights": Out(stacked, (h, n_q, n_k), nan_w),
     }
+
+
+def num_heads(options: Mapping[str, Any], d: int, op: str) -> int:
+    h = options.get("num_heads")
+    if isinstance(h, bool) or not isinstance(h, int) or h < 1 or d % h:
+        raise InputError(f"{op}: num_heads={h!r} must be a positive divisor of d_model={d}")
+    return h
 
 
 @dataclass

@@ -33,10 +33,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from flint import arb
 
-from attention_ports.spec.ops import FFN_PARAMS
-from attention_ports.truth import activations, exact
-from attention_ports.truth.exact import Graph, InputError, Out, T
+from attention_ports.spec.ops import BLOCK_PARAMS, FFN_PARAMS
+from attention_ports.truth import activations, bounds, exact, norms
+from attention_ports.truth import arbmat as am
+from attention_ports.truth.exact import Graph, InputError, Mask, Out, T
 
 
 def _matrix(inputs: Mapping[str, np.ndarray], name: str, shape: tuple[int, int]) -> T:
@@ -73,6 +75,61 @@ def feed_forward_t(g: Graph, x: T, p: Mapping[str, T], form: str) -> T:
     return g.affine(activations.gelu_t(g, hidden, form), p["w_2"], p["b_2"])
 
 
+def block_shapes(d: int, d_ff: int) -> dict[str, tuple[int, ...]]:
+    """Every block parameter's shape (ops.BLOCK_PARAMS), d_ff read from w_1."""
+    return {
+        **{n: (d, d) for n in ("w_q", "w_k", "w_v", "w_o")},
+        **{n: (d,) for n in ("ln1_w", "ln1_b", "b_q", "b_k", "b_v", "b_o", "ln2_w", "ln2_b", "b_2")},
+        "w_1": (d, d_ff),
+        "b_1": (d_ff,),
+        "w_2": (d_ff, d),
+    }
+
+
+def block_params(inputs: Mapping[str, np.ndarray], d: int, stacked: bool) -> list[dict[str, T]]:
+    """Each block's parameters from ``params.<name>``: one block's own (decoder_block), or the
+    stacks of gpt_forward, every array with a leading block axis (n_layer from params.w_q)."""
+    lead = exact._f64(inputs, "params.w_q", 3).shape[:1] if stacked else ()
+    d_ff = exact._f64(inputs, "params.w_1", len(lead) + 2).shape[-1]
+    arrays = {}
+    for name, shape in block_shapes(d, d_ff).items():
+        key = f"params.{name}"
+        arr = exact._f64(inputs, key, len(lead) + len(shape))
+        if arr.shape != (*lead, *shape):
+            want = f"(n_layer, {', '.join(map(str, shape))})" if stacked else str(shape)
+            raise InputError(f"{key} must have shape {want} (d = {d}, d_ff = {d_ff}); got {arr.shape}")
+        arrays[name] = arr
+    assert set(arrays) == set(BLOCK_PARAMS)
+    if not stacked:
+        return [{name: exact._exact(arr) for name, arr in arrays.items()}]
+    return [{name: exact._exact(arr[b]) for name, arr in arrays.items()} for b in range(lead[0])]
+
+
+def causal_mask(n: int) -> Mask:
+    """Query i keeps keys 0..i."""
+    return Mask(keep=[[j <= i for j in range(n)] for i in range(n)], add=None)
+
+
+def residual(g: Graph, x: T, a: T) -> T:
+    """``x + a`` entrywise: both errors and one rounding (``bounds.entry_sub``'s rule)."""
+    v = x.v + a.v
+    return T(v, bounds.entry_sub(am.eabs(v), x.e, a.e) if g.track else None)
+
+
+def _entries(t: T) -> list[arb]:
+    return t.v.entries()
+
+
+def block_t(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb, form: str) -> T:
+    """GPT-2's pre-norm block: ``h = x + attn(ln_1(x))``, ``y = h + ffn(ln_2(h))``."""
+    a = norms.layer_norm_t(g, x, _entries(p["ln1_w"]), _entries(p["ln1_b"]), eps)
+    q, k, v = (g.affine(a, p[f"w_{s}"], p[f"b_{s}"]) for s in "qkv")
+    heads = exact.attend_heads(g, q, k, v, h, causal_mask(x.shape[0]))
+    mid = residual(g, x, g.affine(heads.concat, p["w_o"], p["b_o"]))
+    m = norms.layer_norm_t(g, mid, _entries(p["ln2_w"]), _entries(p["ln2_b"]), eps)
+    return residual(g, mid, feed_forward_t(g, m, p, form))
+
+
 # -------------------------------------------------------------------- the graphs
 
 
@@ -84,4 +141,14 @@ def feed_forward(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[st
     return {"y": Out(y, y.shape)}
 
 
+def decoder_block(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
+    x = exact._f64(inputs, "x", 2)
+    d = x.shape[1]
+    h = exact.num_heads(options, d, "decoder_block")
+    (p,) = block_params(inputs, d, stacked=False)
+    y = block_t(g, exact._exact(x), p, h, norms._eps(options), activations._form(options))
+    return {"y": Out(y, y.shape)}
+
+
 exact.register_graph("feed_forward", feed_forward)
+exact.register_graph("decoder_block", decoder_block)

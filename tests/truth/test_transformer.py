@@ -42,6 +42,33 @@ def ffn_inputs(rng: np.random.Generator, n: int = 8, d: int = 16, d_ff: int = 64
     }
 
 
+def block_arrays(rng: np.random.Generator, d: int = 16, d_ff: int = 64, lead: tuple[int, ...] = ()) -> dict:
+    """One block's parameters (``lead``: a leading block axis, gpt_forward's stacks)."""
+    p = {
+        "ln1_w": 1 + 0.1 * rng.normal(size=(*lead, d)),
+        "ln1_b": 0.1 * rng.normal(size=(*lead, d)),
+        "ln2_w": 1 + 0.1 * rng.normal(size=(*lead, d)),
+        "ln2_b": 0.1 * rng.normal(size=(*lead, d)),
+        "w_1": rng.normal(size=(*lead, d, d_ff)) / math.sqrt(d),
+        "b_1": 0.1 * rng.normal(size=(*lead, d_ff)),
+        "w_2": rng.normal(size=(*lead, d_ff, d)) / math.sqrt(d_ff),
+        "b_2": 0.1 * rng.normal(size=(*lead, d)),
+    }
+    for s in "qkvo":
+        p[f"w_{s}"] = rng.normal(size=(*lead, d, d)) / math.sqrt(d)
+        p[f"b_{s}"] = 0.1 * rng.normal(size=(*lead, d))
+    return p
+
+
+def block_inputs(rng: np.random.Generator, n: int = 8, d: int = 16, d_ff: int = 64) -> dict[str, np.ndarray]:
+    p = block_arrays(rng, d, d_ff)
+    return {"x": rng.normal(size=(n, d)), **{f"params.{k}": v for k, v in p.items()}}
+
+
+def params_of(inputs: dict) -> dict[str, np.ndarray]:
+    return {k.split(".", 1)[1]: v for k, v in inputs.items() if k.startswith("params.")}
+
+
 # -------------------------------------------------------------------- formulations (float64 NumPy)
 
 
@@ -80,6 +107,96 @@ def ffn_torch(x, p, form):
     t = {k: torch.tensor(v, dtype=torch.float64) for k, v in p.items()}
     h = F.linear(torch.tensor(x, dtype=torch.float64), t["w_1"].T, t["b_1"])
     return F.linear(F.gelu(h, approximate=form), t["w_2"].T, t["b_2"]).numpy()
+
+
+def layer_norm_np(x, w, b, eps, how="two_pass"):
+    mu = x.mean(axis=1, keepdims=True)
+    c = x - mu
+    if how == "welford":
+        var = np.empty((x.shape[0], 1))
+        for i, row in enumerate(x):
+            m = s2 = 0.0
+            for k, v in enumerate(row, start=1):
+                delta = v - m
+                m += delta / k
+                s2 += delta * (v - m)
+            var[i] = s2 / len(row)
+    elif how == "unbiased":  # bug
+        var = (c * c).sum(axis=1, keepdims=True) / (x.shape[1] - 1)
+    else:
+        var = (c * c).mean(axis=1, keepdims=True)
+    if how == "rsqrt":
+        y = c * (1.0 / np.sqrt(var + eps))
+    elif how == "fused":  # torch's CPU kernel: x s - mu s
+        s_ = 1.0 / np.sqrt(var + eps)
+        y = x * s_ - mu * s_
+    elif how == "eps_outside":  # bug
+        y = c / (np.sqrt(var) + eps)
+    else:
+        y = c / np.sqrt(var + eps)
+    return y * w + b
+
+
+def attention_np(a, p, h, how=()):
+    """Causal multi-head attention with the output projection; ``how``: the knobs below."""
+    n, d = a.shape
+    dh = d // h
+    if "fused_qkv" in how:
+        qkv = a @ np.concatenate([p["w_q"], p["w_k"], p["w_v"]], axis=1) + np.concatenate(
+            [p["b_q"], p["b_k"], p["b_v"]]
+        )
+        q, k, v = qkv[:, :d], qkv[:, d : 2 * d], qkv[:, 2 * d :]
+    else:
+        q, k, v = (linear(a, p[f"w_{s}"], p[f"b_{s}"], "seq" if "seq" in how else "blas") for s in "qkv")
+    out = np.zeros((n, d))
+    for i in range(h):
+        cols = np.arange(i, d, h) if "interleaved" in how else np.arange(i * dh, (i + 1) * dh)  # bug: interleaved
+        qi, ki, vi = q[:, cols], k[:, cols], v[:, cols]
+        if "scale_q" in how:
+            s = (qi / math.sqrt(dh)) @ ki.T
+        else:
+            s = qi @ ki.T / math.sqrt(dh)
+        if "no_causal" not in how:  # bug when absent
+            s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+        w = np.exp(s - s.max(axis=1, keepdims=True))
+        w = w / w.sum(axis=1, keepdims=True)
+        out[:, cols] = w @ vi
+    return linear(out, p["w_o"], p["b_o"], "seq" if "seq" in how else "blas")
+
+
+def block_np(x, p, h, eps, form, ln="two_pass", how=()):
+    def ln1(z):
+        return layer_norm_np(z, p["ln1_w"], p["ln1_b"], eps, ln)
+
+    def ln2(z):
+        return layer_norm_np(z, p["ln2_w"], p["ln2_b"], eps, ln)
+
+    order = "seq" if "seq" in how else "blas"
+    if "post_norm" in how:  # bug: the original transformer's order
+        mid = ln1(x + attention_np(x, p, h, how))
+        return ln2(mid + ffn_np(mid, p, form, order))
+    mid = attention_np(ln1(x), p, h, how) + (0 if "no_attn_residual" in how else x)
+    return ffn_np(ln2(mid), p, form, order) + (0 if "no_ffn_residual" in how else mid)
+
+
+def block_torch(x, p, h, eps, form):
+    import torch
+
+    t = {k: torch.tensor(v, dtype=torch.float64) for k, v in p.items()}
+    x = torch.tensor(x, dtype=torch.float64)
+    return _block_torch(x, t, h, eps, form).numpy()
+
+
+def _block_torch(x, t, h, eps, form):
+    import torch.nn.functional as F
+
+    n, d = x.shape
+    a = F.layer_norm(x, (d,), t["ln1_w"], t["ln1_b"], eps)
+    q, k, v = (F.linear(a, t[f"w_{s}"].T, t[f"b_{s}"]).reshape(n, h, d // h).transpose(0, 1) for s in "qkv")
+    z = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(0, 1).reshape(n, d)
+    mid = x + F.linear(z, t["w_o"].T, t["b_o"])
+    m = F.layer_norm(mid, (d,), t["ln2_w"], t["ln2_b"], eps)
+    return mid + F.linear(F.gelu(F.linear(m, t["w_1"].T, t["b_1"]), approximate=form), t["w_2"].T, t["b_2"])
 
 
 # -------------------------------------------------------------------- helpers
@@ -124,6 +241,36 @@ def mp_affine(x: mpmath.matrix, w: np.ndarray, b: np.ndarray | None) -> mpmath.m
 def mp_ffn(x: mpmath.matrix, p: dict, form: str) -> mpmath.matrix:
     h = mp_affine(x, p["w_1"], p["b_1"])
     return mp_affine(h.apply(lambda v: mp_gelu(v, form)), p["w_2"], p["b_2"])
+
+
+def mp_layer_norm(x: mpmath.matrix, w: np.ndarray, b: np.ndarray, eps: float) -> mpmath.matrix:
+    y = x.copy()
+    for i in range(x.rows):
+        row = [x[i, j] for j in range(x.cols)]
+        mu = mpmath.fsum(row) / len(row)
+        r = 1 / mpmath.sqrt(mpmath.fsum((v - mu) ** 2 for v in row) / len(row) + mpmath.mpf(eps))
+        for j in range(x.cols):
+            y[i, j] = (row[j] - mu) * r * mpmath.mpf(float(w[j])) + mpmath.mpf(float(b[j]))
+    return y
+
+
+def mp_block(x: mpmath.matrix, p: dict, h: int, eps: float, form: str) -> mpmath.matrix:
+    n, d = x.rows, x.cols
+    dh = d // h
+    a = mp_layer_norm(x, p["ln1_w"], p["ln1_b"], eps)
+    q, k, v = (mp_affine(a, p[f"w_{s}"], p[f"b_{s}"]) for s in "qkv")
+    z = mpmath.matrix(n, d)
+    for hd in range(h):
+        cols = range(hd * dh, (hd + 1) * dh)
+        for i in range(n):
+            s = [mpmath.fsum(q[i, c] * k[j, c] for c in cols) / mpmath.sqrt(dh) for j in range(i + 1)]
+            m = max(s)
+            ex = [mpmath.exp(v_ - m) for v_ in s]
+            tot = mpmath.fsum(ex)
+            for c in cols:
+                z[i, c] = mpmath.fsum(ex[j] * v[j, c] for j in range(i + 1)) / tot
+    mid = x + mp_affine(z, p["w_o"], p["b_o"])
+    return mid + mp_ffn(mp_layer_norm(mid, p["ln2_w"], p["ln2_b"], eps), p, form)
 
 
 def to_double(m: mpmath.matrix) -> np.ndarray:
@@ -174,6 +321,76 @@ def test_feed_forward_bad_inputs_are_named() -> None:
         exact.run_graph("feed_forward", {**p, "w_1": np.ones((3, 8))}, {}, prec=128, track=False)
     with pytest.raises(InputError, match="approximate must be one of"):
         exact.run_graph("feed_forward", p, {"approximate": "erf"}, prec=128, track=False)
+
+
+# -------------------------------------------------------------------- decoder_block
+
+
+@pytest.mark.parametrize("form", ["none", "tanh"])
+def test_decoder_block_values_are_the_exact_result_rounded(form: str) -> None:
+    inputs = block_inputs(np.random.default_rng(11), n=3, d=4, d_ff=8)
+    options = {"num_heads": 2, "approximate": form, "eps": 1e-5}
+    expected, _ = truth("decoder_block", inputs, options, "y")
+    with mpmath.workdps(50):
+        want = to_double(mp_block(mp(inputs["x"]), params_of(inputs), 2, 1e-5, form))
+    np.testing.assert_array_equal(expected, want)
+
+
+# the correct NumPy formulations: (layer norm, attention knobs)
+BLOCK_CORRECT = {
+    "numpy": ("two_pass", ()),
+    "Welford, fused QKV": ("welford", ("fused_qkv",)),
+    "fused norm, scaled q, reverse sums": ("fused", ("scale_q", "seq")),
+    "x * rsqrt": ("rsqrt", ()),
+}
+BLOCK_BUGS = {
+    "no causal mask": ("two_pass", ("no_causal",)),
+    "unbiased variance": ("unbiased", ()),
+    "eps outside the square root": ("eps_outside", ()),
+    "post-norm": ("two_pass", ("post_norm",)),
+    "no attention residual": ("two_pass", ("no_attn_residual",)),
+    "no feed-forward residual": ("two_pass", ("no_ffn_residual",)),
+    "heads interleaved": ("two_pass", ("interleaved",)),
+}
+
+
+@pytest.mark.parametrize("form", ["none", "tanh"])
+def test_every_correct_decoder_block_is_within_the_bound_and_bugs_are_not(form: str) -> None:
+    worst = 0.0
+    for seed in SEEDS:
+        inputs = block_inputs(np.random.default_rng(seed))
+        options = {"num_heads": 2, "approximate": form}
+        expected, bound = truth("decoder_block", inputs, options, "y")
+        x, p = inputs["x"], params_of(inputs)
+        correct = {n: block_np(x, p, 2, 1e-5, form, ln, how) for n, (ln, how) in BLOCK_CORRECT.items()}
+        for name, got in {**correct, "torch": block_torch(x, p, 2, 1e-5, form)}.items():
+            frac = fraction(expected, got, bound)
+            assert frac <= 1, f"{name}, seed {seed}: {frac:.3g} of the bound"
+            worst = max(worst, frac)
+        for name, (ln, how) in BLOCK_BUGS.items():
+            assert fraction(expected, block_np(x, p, 2, 1e-5, form, ln, how), bound) > 1, name
+        other = "tanh" if form == "none" else "none"
+        assert fraction(expected, block_np(x, p, 2, 1e-5, other), bound) > 1, "the other gelu"
+        useful(expected, bound)
+    assert worst > 1e-5  # measured: 1.2e-4 to 2.5e-4
+
+
+def useful(expected: np.ndarray, bound: np.ndarray) -> None:
+    """A 1e-8 relative error is caught at nearly every element."""
+    assert np.mean(1e-8 * np.abs(expected) > bound) > 0.95
+
+
+def test_decoder_block_bad_inputs_are_named() -> None:
+    inputs = block_inputs(np.random.default_rng(0), n=2, d=4, d_ff=8)
+    with pytest.raises(InputError, match=r"params.ln2_b must have shape \(4,\)"):
+        exact.run_graph(
+            "decoder_block", {**inputs, "params.ln2_b": np.ones(5)}, {"num_heads": 2}, prec=128, track=False
+        )
+    with pytest.raises(InputError, match="num_heads=3 must be a positive divisor of d_model=4"):
+        exact.run_graph("decoder_block", inputs, {"num_heads": 3}, prec=128, track=False)
+    with pytest.raises(InputError, match=r"missing input 'params\.w_o'"):
+        del inputs["params.w_o"]
+        exact.run_graph("decoder_block", inputs, {"num_heads": 2}, prec=128, track=False)
 
 
 def test_gelu_with_an_input_error_bounds_every_point_of_its_ball() -> None:
