@@ -156,9 +156,13 @@ def layer_norm_carried(x: list[arb], e: list[arb], c: list[arb], v: arb, eps: ar
     xb = [xj + arb(0, ej) for xj, ej in zip(x, e, strict=True)]
     cb = [cj + arb(0, dj) for cj, dj in zip(c, delta, strict=True)]
     vb = v + arb(0, dv)
-    v_low = vb.lower() if vb.lower() > 0 else arb(0)
-    rnd = layer_norm_row(xb, cb, vb, eps, v_low)
+    rnd = layer_norm_row(xb, cb, vb, eps, _low(vb))
     return [(f + q + z).abs_upper() for f, q, z in zip(first, second, rnd, strict=True)]
+
+
+def _low(v: arb) -> arb:
+    """The lower end of a variance's ball, at least 0 (a variance is)."""
+    return v.lower() if v.lower() > 0 else arb(0)
 
 
 def _short(x: arb) -> str:
@@ -244,8 +248,10 @@ def layer_norm_t(g: Graph, x: T, w: list[arb] | None, b: list[arb] | None, eps: 
         r = (v + eps).rsqrt()
         y.extend(cj * r for cj in c)
         if g.track:
-            exact_in = e_rows is None
-            e_y.extend(layer_norm_row(row, c, v, eps) if exact_in else layer_norm_carried(row, e_rows[i], c, v, eps))
+            if e_rows is None:  # the inputs are exact, or balls whose every point the rule covers
+                e_y.extend(layer_norm_row(row, c, v, eps, _low(v)))
+            else:
+                e_y.extend(layer_norm_carried(row, e_rows[i], c, v, eps))
     return _affine_rows(g, (n_rows, d), y, e_y if g.track else None, w, b)
 
 
