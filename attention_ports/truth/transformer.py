@@ -42,7 +42,9 @@ the first term the sublayer's bound with exact inputs, its rules evaluated on th
 theorem, with J enclosed over the whole ball by forward-mode differentiation in ball arithmetic
 (``Tangent``: n d directions, one per input element), so no second-order term is left out.
 ``decoder_block`` carries its first sublayer's error into the second this way, ``gpt_forward``
-every sublayer's and the final norm and head's.
+every sublayer's and the final norm and head's. The Jacobian costs about (n d) x (n d_ff) entrywise
+operations a sublayer: past ``MAX_DIRECTIONS`` input elements the error is carried node by node
+(the rules above, ``layer_norm_carried`` and ``gelu_carried`` among them), sound but looser.
 """
 
 from __future__ import annotations
@@ -278,25 +280,38 @@ def t_ffn_sublayer(x: Tangent, p: Mapping[str, T], eps: arb, form: str) -> Tange
     return t_add(x, t_affine(hidden, p["w_2"], p["b_2"]))
 
 
+# The Jacobian has one direction per input element and costs about directions x n d_ff entrywise
+# operations a sublayer: past this many directions (n d = 1024: 32 tokens of 32 features) the
+# error is carried node by node instead, a looser bound (module docstring).
+MAX_DIRECTIONS = 1024
+
+
+def ball(x: T) -> arb_mat:
+    """Every x' with ``|x' - x| <= e``, as balls."""
+    assert x.e is not None
+    return am.build(*x.shape, [v + arb(0, e) for v, e in zip(x.v.entries(), x.e.entries(), strict=True)])
+
+
 def carried(x: T, tangent: Callable[[Tangent], Tangent]) -> arb_mat:
     """``sum_k |J_ik| e_k``, J the Jacobian of ``tangent``'s function enclosed over the whole
     ball ``x +/- e``: by the mean value theorem, a bound of ``|f(x') - f(x)|`` for every x' in it."""
     assert x.e is not None
-    ball = am.build(*x.shape, [v + arb(0, e) for v, e in zip(x.v.entries(), x.e.entries(), strict=True)])
-    out = tangent(Tangent.seed(ball))
+    out = tangent(Tangent.seed(ball(x)))
     n, w = am.shape(out.v)
     # |J| as (m x n w): row k is direction k's derivative of every output element
     jac = am.build(out.m, n * w, [z.abs_upper() for z in out.d.entries()])
+    if not all(z.is_finite() for z in jac.entries()):
+        # e.g. a layer norm whose row is constant somewhere in the ball, with eps = 0
+        raise bounds.BoundError("a sublayer's Jacobian is unbounded over its input's error ball")
     return am.build(n, w, (am.build(1, out.m, x.e.entries()) * jac).entries())
 
 
 def through(g: Graph, x: T, graph: Callable[[Graph, T], T], tangent: Callable[[Tangent], Tangent]) -> T:
     """``graph`` applied to x, whose error a stack of blocks carries: the value at x, the bound
     ``graph``'s own (its exact-input rules on the ball x +/- e) plus ``carried``."""
-    if not g.track or x.e is None:
-        return graph(g, x)
-    ball = am.build(*x.shape, [v + arb(0, e) for v, e in zip(x.v.entries(), x.e.entries(), strict=True)])
-    own = graph(g, T(ball))
+    if not g.track or x.e is None or x.shape[0] * x.shape[1] > MAX_DIRECTIONS:
+        return graph(g, x)  # node by node: every rule propagates the error x carries
+    own = graph(g, T(ball(x)))
     value = graph(Graph(track=False), T(x.v))
     assert own.e is not None
     return T(value.v, own.e + carried(x, tangent))
