@@ -6,7 +6,7 @@
 # logits[targets[j], j], as torch's cross_entropy; with no position counted, 0 / 0 = NaN (torch's).
 # Generic over the float type: Float32 in, Float32 out.
 
-function _check_ids(fn, name, ids, len)
+function _check_loss_ids(fn, name, ids, len)
     ok = length(ids) == len && all(t -> t isa Real && isfinite(t) && isinteger(t), ids)
     ok || throw(ArgumentError("$fn: $name must be $len integer token id(s); got $(repr(ids))"))
     return ids
@@ -22,8 +22,8 @@ Returns the mean over the positions whose target is not `ignore_index` of
 function lm_loss(logits::AbstractMatrix{T}, targets::AbstractVector; ignore_index = nothing) where {T<:AbstractFloat}
     vocab, n = size(logits)
     all(isfinite, logits) || throw(ArgumentError("lm_loss: logits ($(_size_str(logits)), vocab×n) must be finite"))
-    _check_ids("lm_loss", "targets", targets, n)
-    ignore_index === nothing || _check_ids("lm_loss", "ignore_index", [ignore_index], 1)
+    _check_loss_ids("lm_loss", "targets", targets, n)
+    ignore_index === nothing || _check_loss_ids("lm_loss", "ignore_index", [ignore_index], 1)
     counted = ignore_index === nothing ? trues(n) : targets .!= ignore_index
     for j in 1:n
         counted[j] && !(1 <= targets[j] <= vocab) &&

@@ -7,7 +7,7 @@
 # logsumexp(logits[i, ]) - logits[i, targets[i]], as torch's cross_entropy; with no position
 # counted it is 0 / 0 = NaN, as torch's. .check_matrix and .dims come from attention.R.
 
-.check_ids <- function(v, name, len, fn) {
+.check_loss_ids <- function(v, name, len, fn) {
   if (!is.numeric(v) || length(dim(v)) > 1L || length(v) != len || !all(is.finite(v)) ||
       any(v != round(v))) {
     stop(sprintf("%s: %s must be %d integer token id(s); got %s %s",
@@ -20,8 +20,8 @@ lm_loss <- function(logits, targets, ignore_index = NULL) {
   .check_matrix(logits, "logits", "lm_loss")
   n <- nrow(logits)
   vocab <- ncol(logits)
-  .check_ids(targets, "targets", n, "lm_loss")
-  if (!is.null(ignore_index)) .check_ids(ignore_index, "ignore_index", 1L, "lm_loss")
+  .check_loss_ids(targets, "targets", n, "lm_loss")
+  if (!is.null(ignore_index)) .check_loss_ids(ignore_index, "ignore_index", 1L, "lm_loss")
   counted <- if (is.null(ignore_index)) rep(TRUE, n) else targets != ignore_index
   bad <- which(counted & (targets < 1 | targets > vocab))
   if (length(bad)) {
