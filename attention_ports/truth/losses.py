@@ -13,9 +13,9 @@ the mean over no position is 0 / 0, NaN, as torch's ``cross_entropy`` returns it
 
 **Bounds (the mixed forward-backward rule of ``bounds``, docs/truth-and-bounds.md, "Losses").**
 Each counted position's loss is the classifier's loss rule, unchanged: ``L_i = -log p_{y_i}``
-for the softmax ``p`` of the row's logits, however computed (``logsumexp(z) - z_y``, a
-log-softmax then the target's entry, with the maximum subtracted or not before the sum's log,
-``-log(softmax(z)[y])`` where that does not underflow). The softmax rule (``bounds.softmax_row``:
+for the softmax ``p`` of the row's logits, however computed (``logsumexp(z) - z_y`` with the
+row maximum subtracted inside the log-sum-exp, a log-softmax then the target's entry,
+``-log(softmax(z)[y])`` where the target's probability does not underflow). The softmax rule (``bounds.softmax_row``:
 the logits exact, each perturbed relatively by ``C_IN u``, the shift ``C_SHIFT u |t_j|``, exp's
 ``C_EXP u``; unnormalised: the sum's gamma(vocab), the normaliser's ``C_LSE u |lse|`` and the
 rest of ``softmax_eps``) gives ``rho_y``, the relative error bound of the target's probability;
