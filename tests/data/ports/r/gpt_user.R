@@ -88,6 +88,9 @@ gpt_forward <- function(tokens, params, num_heads, eps = NULL, approximate = "no
 lm_loss <- function(logits, targets, ignore_index = NULL) {
   keep <- if (is.null(ignore_index)) rep(TRUE, length(targets)) else targets != ignore_index
   rows <- which(keep)
+  # a matrix index silently drops a 0 and NA-fills nothing: check the ids before using them
+  bad <- targets[rows] < 1 | targets[rows] > ncol(logits)
+  if (any(bad)) stop("lm_loss: target ", targets[rows][bad][1], " is not a token id in 1..", ncol(logits))
   lse <- apply(logits[rows, , drop = FALSE], 1, function(r) { m <- max(r); m + log(sum(exp(r - m))) })
   picked <- logits[cbind(rows, targets[rows])]
   mean(lse - picked)                                 # no counted row: mean of nothing is NaN
