@@ -120,7 +120,7 @@ self_attention <- function(x, w_q, w_k, w_v, b_q = NULL, b_k = NULL, b_v = NULL,
 }
 
 # num_heads as an integer, or an error: heads are contiguous blocks of d_model / num_heads features
-# (multi_head_attention here, the decoder block's attention in transformer.R).
+# (the multi-head operation here, the decoder block's attention in transformer.R).
 .check_num_heads <- function(num_heads, d_model, fn) {
   if (!is.numeric(num_heads) || length(num_heads) != 1L || !is.finite(num_heads) ||
         num_heads != round(num_heads) || num_heads < 1 || d_model %% num_heads != 0) {

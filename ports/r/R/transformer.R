@@ -66,8 +66,8 @@
 # Causal multi-head self-attention of the normalised a (n x d) with block parameters p: heads are
 # contiguous blocks of d_head = d / num_heads projected features, each scaled by 1/sqrt(d_head)
 # (scaled_dot_product_attention's default for d_head-wide queries), concatenated in order, then
-# projected by w_o. Written here with the port's scaled_dot_product_attention rather than through
-# multi_head_attention, which also builds the per-head weights the block does not return.
+# projected by w_o. Written here on the port's scaled dot-product attention rather than through its
+# multi-head operation, which also builds the per-head weights the block does not return.
 .causal_self_attention <- function(a, p, num_heads, fn) {
   d_head <- ncol(a) %/% num_heads
   q <- .project(a, p$w_q, p$b_q, "q", fn)  # n x d
