@@ -49,7 +49,9 @@ function _check_heads(num_heads, d::Int, fn::AbstractString)
 end
 
 # query j may attend to keys 1..j: an additive n_k × n_q mask in T (0 keeps, -Inf removes)
-_causal_mask(::Type{T}, n::Int) where {T} = [key <= query ? zero(T) : T(-Inf) for key in 1:n, query in 1:n]
+function _causal_mask(::Type{T}, n::Int) where {T}
+    return [key <= query ? zero(T) : T(-Inf) for key in 1:n, query in 1:n]   # n × n (keys × queries)
+end
 
 # Causal multi-head self-attention of `a` (d × n) with its output projection; heads are contiguous
 # blocks of d_head rows of the projected q, k, v (as multi_head_attention), SDPA's default scale
@@ -94,7 +96,7 @@ function _block_params(params, d::Int, fn::AbstractString)
     return _check_members(params, DECODER_BLOCK_PARAMS, want, fn)
 end
 
-# One block on checked parameters (gpt_forward calls it once per block).
+# One block on checked parameters (the whole model calls it once per block).
 function _decoder_block(x::AbstractMatrix{T}, p, num_heads::Int, eps, approximate) where {T<:AbstractFloat}
     a = layer_norm(x; weight = p.ln1_w, bias = p.ln1_b, eps = eps)           # d × n
     h = x .+ _causal_self_attention(a, p, num_heads)                          # d × n: first residual
