@@ -32,6 +32,7 @@ from attention_ports.reference.classifier import (
 from attention_ports.reference.masks import as_additive_mask, causal_mask, key_padding_mask
 from attention_ports.reference.norms import layer_norm, rms_norm
 from attention_ports.reference.positions import PAIRINGS, rotary_embedding, sinusoidal_positions
+from attention_ports.reference.transformer import decoder_block, feed_forward, gpt_forward
 
 __version__ = "1.0.0"
 
@@ -49,7 +50,10 @@ __all__ = [
     "classifier_loss_and_grads",
     "classifier_step",
     "classifier_train",
+    "decoder_block",
+    "feed_forward",
     "gelu",
+    "gpt_forward",
     "heads_to_packed",
     "init_classifier_params",
     "key_padding_mask",

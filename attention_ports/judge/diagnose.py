@@ -43,6 +43,10 @@ variance by its error's envelope on nearly constant tokens. These are tried befo
 explanation too, since some of them (eps outside the square root with a small eps, the one-pass
 variance) err by float32-sized amounts.
 
+The transformer (checked right after the axes too): gpt_forward's logits of the last position only
+(the expected last row, in whatever shape it came back), and, recomputed, a decoder block (or
+every block of gpt_forward) without the causal mask, and gelu's other form.
+
 Nothing here changes a verdict; an exception inside a check only drops that check's hint.
 """
 
@@ -157,8 +161,10 @@ def explain(
     if _float32_sized(ctx.expected, ctx.actual, ctx.bound):
         # a lower precision explains it: no logic bug is named, except the layers' mistakes whose
         # effect is float32-sized (eps outside the square root with a small eps, a one-pass
-        # variance), recomputed and named when they fit
-        return _first_line(ctx, (_check_layer_mistakes, _check_one_pass_variance)) or _precision_diagnosis(ctx.language)
+        # variance, gelu's other form inside a block, whose ~1e-3 the norms and projections
+        # shrink), recomputed and named when they fit
+        checks = (_check_layer_mistakes, _check_one_pass_variance, _check_transformer_mistakes)
+        return _first_line(ctx, checks) or _precision_diagnosis(ctx.language)
     return _first_line(ctx, CHECKS)
 
 
@@ -922,8 +928,90 @@ def _check_one_pass_variance(ctx: Context) -> str:
     )
 
 
+# ---------------------------------------------------------------- 10. the transformer's known mistakes
+
+
+def _unmasked_block(x: np.ndarray, p: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> np.ndarray:
+    """GPT-2's block with the causal mask left out (every query attends to every key), from the
+    reference's own pieces."""
+    import attention_ports.reference as reference
+
+    eps, form = options.get("eps"), options.get("approximate")
+    a = reference.layer_norm(x, p["ln1_w"], p["ln1_b"], eps=eps)
+    attn = reference.multi_head_attention(
+        a, a, a, p["w_q"], p["w_k"], p["w_v"], p["w_o"], int(options["num_heads"]),
+        b_q=p["b_q"], b_k=p["b_k"], b_v=p["b_v"], b_o=p["b_o"],
+    ).output  # fmt: skip
+    h = x + attn
+    f = reference.layer_norm(h, p["ln2_w"], p["ln2_b"], eps=eps)
+    return h + reference.feed_forward(f, p["w_1"], p["b_1"], p["w_2"], p["b_2"], approximate=form)
+
+
+def _unmasked(op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> np.ndarray:
+    """decoder_block's y or gpt_forward's logits, computed without the causal mask."""
+    import attention_ports.reference as reference
+
+    p = {k.split(".", 1)[1]: np.asarray(a) for k, a in inputs.items() if k.startswith("params.")}
+    if op == "decoder_block":
+        return _unmasked_block(np.asarray(inputs["x"], dtype=np.float64), p, options)
+    tokens = np.asarray(inputs["tokens"]).astype(np.int64)
+    x = p["wte"][tokens] + p["wpe"][: len(tokens)]
+    for b in range(p["ln1_w"].shape[0]):
+        x = _unmasked_block(x, {m: p[m][b] for m in ops.BLOCK_PARAMS}, options)
+    return reference.layer_norm(x, p["lnf_w"], p["lnf_b"], eps=options.get("eps")) @ p["w_head"]
+
+
+def _transformer_variants(op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]):
+    """(key, what the port did, its output) for the transformer's known mistakes of ``op``."""
+    n = len(inputs["tokens"]) if op == "gpt_forward" else np.shape(inputs["x"])[0]
+    if op != "feed_forward" and n > 1:
+        yield (
+            "tf=no_causal_mask",
+            "the attention is not causal: each query attends to every key, later ones included; a decoder's "
+            "query i may see keys 1..i only (mask the scores of keys j > i with -Inf before the softmax)",
+            lambda: _unmasked(op, inputs, options),
+        )
+    form = options.get("approximate") or "none"
+    other = "tanh" if form == "none" else "none"
+    want = {"none": "the erf form", "tanh": "the tanh approximation"}
+    yield (
+        f"tf=gelu_{other}",
+        f'gelu computes {want[other]} where approximate = "{form}" asks for {want[form]}',
+        lambda: _reference(op, inputs, {**options, "approximate": other})[ops.get(op).outputs[0]],
+    )
+
+
+def _check_transformer_mistakes(ctx: Context) -> str:
+    """The transformer's known mistakes, each recomputed: a missing causal mask, the other gelu."""
+    if ops.get(ctx.case.op).family != "transformer":
+        return ""
+    for key, line, run in _transformer_variants(ctx.case.op, ctx.case.inputs, ctx.case.options):
+        if _fits_variant(ctx, key, lambda run=run: {ctx.output: run()}):
+            return line
+    return ""
+
+
+def _check_last_position_only(ctx: Context) -> str:
+    """gpt_forward's logits of the last position only (generation's logits[-1]): the expected
+    array's last row, whatever shape it came back in (1 x vocab, vocab x 1, a vector)."""
+    if ctx.case.op != "gpt_forward" or ctx.output != "logits" or ctx.expected.ndim != 2:
+        return ""
+    n, vocab = ctx.expected.shape
+    if n < 2 or ctx.actual.size != vocab:
+        return ""
+    if not _fits_exact(ctx.expected[-1], ctx.actual.reshape(vocab), ctx.bound[-1]):
+        return ""
+    per = ctx.port_axis_word(0) if ctx.view is not None else "row"
+    return (
+        f"{ctx.name()} holds the last position's logits only ({vocab} values): gpt_forward returns one "
+        f"{per} of next-token logits for every position, {n} here (the loss of a training step needs them all)"
+    )
+
+
 CHECKS: tuple[Callable[[Context], str], ...] = (
     _check_axes,
+    _check_last_position_only,
+    _check_transformer_mistakes,
     _check_layer_mistakes,
     _check_one_pass_variance,
     _check_masked_query,

@@ -287,3 +287,63 @@ def _op_rotary_embedding(self, inputs, options):
 
 TorchImplementation._op_sinusoidal_positions = _op_sinusoidal_positions
 TorchImplementation._op_rotary_embedding = _op_rotary_embedding
+
+
+# The transformer (ports/CONTRACT.md, "The transformer"), written as GPT-2 is in torch (nanoGPT's
+# Block): F.layer_norm, F.gelu with its approximate option, a fused q/k/v projection split into
+# heads and F.scaled_dot_product_attention(is_causal=True): torch's own kernels, not a transcription
+# of the reference's per-head loop.
+def _ffn(x: torch.Tensor, w_1, b_1, w_2, b_2, approximate: str, dtype: type) -> torch.Tensor:
+    return _linear(F.gelu(_linear(x, w_1, b_1, dtype), approximate=approximate), w_2, b_2, dtype)
+
+
+def _gpt_block(x: torch.Tensor, p: Mapping[str, np.ndarray], heads: int, eps: float, approximate: str, dtype: type):
+    n, d = x.shape
+
+    def ln(t: torch.Tensor, w: np.ndarray, b: np.ndarray) -> torch.Tensor:
+        return F.layer_norm(t, (d,), _t(w, dtype), _t(b, dtype), eps)
+
+    a = ln(x, p["ln1_w"], p["ln1_b"])
+    w_qkv = np.concatenate([p["w_q"], p["w_k"], p["w_v"]], axis=1)  # (d, 3d): one projection
+    b_qkv = np.concatenate([p["b_q"], p["b_k"], p["b_v"]])
+    q, k, v = _linear(a, w_qkv, b_qkv, dtype).split(d, dim=1)
+    q, k, v = (t.view(n, heads, d // heads).transpose(0, 1) for t in (q, k, v))  # (h, n, d_head)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # scale 1/sqrt(d_head)
+    h = x + _linear(y.transpose(0, 1).reshape(n, d), p["w_o"], p["b_o"], dtype)
+    return h + _ffn(ln(h, p["ln2_w"], p["ln2_b"]), p["w_1"], p["b_1"], p["w_2"], p["b_2"], approximate, dtype)
+
+
+def _transformer_options(options: Mapping[str, Any]) -> tuple[float, str]:
+    eps = options.get("eps")
+    return (1e-5 if eps is None else float(eps)), (options.get("approximate") or "none")
+
+
+def _op_feed_forward(self, inputs, options):
+    _, approximate = _transformer_options(options)
+    x = _t(inputs["x"], self.dtype)
+    return {"y": _ffn(x, inputs["w_1"], inputs["b_1"], inputs["w_2"], inputs["b_2"], approximate, self.dtype)}
+
+
+def _op_decoder_block(self, inputs, options):
+    eps, approximate = _transformer_options(options)
+    p = {k.split(".", 1)[1]: a for k, a in inputs.items() if k.startswith("params.")}
+    x = _t(inputs["x"], self.dtype)
+    return {"y": _gpt_block(x, p, int(options["num_heads"]), eps, approximate, self.dtype)}
+
+
+def _op_gpt_forward(self, inputs, options):
+    eps, approximate = _transformer_options(options)
+    p = {k.split(".", 1)[1]: a for k, a in inputs.items() if k.startswith("params.")}
+    ids = torch.from_numpy(np.asarray(inputs["tokens"]).astype(np.int64))
+    wte, wpe = _t(p["wte"], self.dtype), _t(p["wpe"], self.dtype)
+    x = F.embedding(ids, wte) + wpe[: ids.numel()]
+    for b in range(p["ln1_w"].shape[0]):
+        block = {m: p[m][b] for m in p if m not in ("wte", "wpe", "lnf_w", "lnf_b", "w_head")}
+        x = _gpt_block(x, block, int(options["num_heads"]), eps, approximate, self.dtype)
+    x = F.layer_norm(x, (x.shape[1],), _t(p["lnf_w"], self.dtype), _t(p["lnf_b"], self.dtype), eps)
+    return {"logits": _linear(x, p["w_head"], None, self.dtype)}
+
+
+TorchImplementation._op_feed_forward = _op_feed_forward
+TorchImplementation._op_decoder_block = _op_decoder_block
+TorchImplementation._op_gpt_forward = _op_gpt_forward

@@ -134,7 +134,9 @@ def _check_types(raw: dict[str, Any], path: Path, max_elements: int = validate.M
         raise CatalogueError("\n  ".join(["the catalogue is malformed:", *problems]))
     for i, entry in enumerate(raw["case"]):
         for name, how in entry.get("inputs", {}).items():
-            dims = next((how[k] for k in ("normal", "uniform", "constant", "causal", "padding") if k in how), [])
+            dims = next(
+                (how[k] for k in ("normal", "uniform", "constant", "integers", "causal", "padding") if k in how), []
+            )
             count = math.prod(dims) * math.prod(how.get("tile", []))
             if count > max_elements:
                 raise CatalogueError(
@@ -233,6 +235,9 @@ def _build_one(how: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
         arr = rng.uniform(how.get("low", 0.0), how.get("high", 1.0), tuple(how["uniform"]))
     elif "constant" in how:
         arr = np.full(tuple(how["constant"]), float(how["value"]))
+    elif "integers" in how:
+        # uniform integers in [low, high), int64: token ids (gpt_forward's tokens, 0-based)
+        arr = rng.integers(int(how.get("low", 0)), int(how["high"]), tuple(how["integers"]), dtype=np.int64)
     elif "causal" in how:
         # diagonal = k keeps key j for query i when j <= i + k: k = n_k - n_q is the causal mask
         # aligned at the bottom right (the last query sees every key), as in cross-attention over a
@@ -249,8 +254,8 @@ def _build_one(how: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
         arr = reference.init_classifier_params(int(how["e"]), seed=int(how["seed"]))[how["classifier_init"]]
     else:
         raise ValueError(
-            "expected one of literal, normal, uniform, constant, causal, padding, sentence, sentiment_dataset, "
-            "classifier_init"
+            "expected one of literal, normal, uniform, constant, integers, causal, padding, sentence, "
+            "sentiment_dataset, classifier_init"
         )
     if "offset" in how:  # a constant added to every element: nearly constant rows with a large mean
         arr = arr + float(how["offset"])

@@ -373,6 +373,70 @@ def rotary_cases(draw: st.DrawFn) -> Drawn:
     return Drawn("rotary_embedding", inputs, options)
 
 
+# ---------------------------------------------------------------- the transformer
+
+APPROXIMATIONS = (None, "none", "tanh")  # gelu's form: absent (erf), named erf, GPT-2's tanh
+
+
+def _options(draw: st.DrawFn, heads: int) -> dict[str, Any]:
+    options: dict[str, Any] = {"num_heads": heads}
+    for name, choice in (("eps", NORM_EPS), ("approximate", APPROXIMATIONS)):
+        value = draw(st.sampled_from(choice))
+        if value is not None:
+            options[name] = value
+    return options
+
+
+@st.composite
+def _block_params(draw: st.DrawFn, d: int, d_ff: int, stack: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
+    """One block's parameters (``stack``: gpt_forward's leading block axis), ordinary values."""
+    shapes = {"w_1": (d, d_ff), "b_1": (d_ff,), "w_2": (d_ff, d), **{w: (d, d) for w in ("w_q", "w_k", "w_v", "w_o")}}
+    return {f"params.{n}": draw(values(stack + shapes.get(n, (d,)))) for n in ops.BLOCK_PARAMS}
+
+
+@st.composite
+def feed_forward_cases(draw: st.DrawFn) -> Drawn:
+    n, d, d_ff = _sizes(draw, 3)
+    inputs = {
+        "x": draw(values((n, d), big=draw(st.booleans()), exponents=(2, 4))),  # pre-activations in gelu's tails
+        "w_1": draw(values((d, d_ff))),
+        "b_1": draw(values((d_ff,))),
+        "w_2": draw(values((d_ff, d))),
+        "b_2": draw(values((d,))),
+    }
+    approximate = draw(st.sampled_from(APPROXIMATIONS))
+    return Drawn("feed_forward", inputs, {} if approximate is None else {"approximate": approximate})
+
+
+@st.composite
+def decoder_block_cases(draw: st.DrawFn) -> Drawn:
+    n, heads, d_head, d_ff = _sizes(draw, 4, high=5)
+    d = heads * d_head
+    inputs = {"x": draw(_norm_x(n, d)), **draw(_block_params(d, d_ff))}  # the norm regimes into ln1
+    return Drawn("decoder_block", inputs, _options(draw, heads))
+
+
+@st.composite
+def gpt_forward_cases(draw: st.DrawFn) -> Drawn:
+    vocab, heads, d_head, d_ff = _sizes(draw, 4, high=5)
+    d = heads * d_head
+    n = draw(st.integers(1, MAX_SIZE))
+    n_ctx = n + draw(st.integers(0, 2))  # a full context, or fewer tokens than positions
+    n_layer = draw(st.integers(1, 2))
+    # token ids shrink to 0: a repeated token, whose rows differ only by their positions
+    tokens = np.array(draw(st.lists(st.integers(0, vocab - 1), min_size=n, max_size=n)), dtype=np.int64)
+    inputs = {
+        "tokens": tokens,
+        "params.wte": draw(_norm_x(vocab, d)),  # the norm regimes, into the first block's ln1
+        "params.wpe": draw(values((n_ctx, d))),
+        **draw(_block_params(d, d_ff, (n_layer,))),
+        "params.lnf_w": draw(values((d,))),
+        "params.lnf_b": draw(values((d,))),
+        "params.w_head": draw(values((d, vocab))),
+    }
+    return Drawn("gpt_forward", inputs, _options(draw, heads))
+
+
 STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "softmax": softmax_cases,
     "scaled_dot_product_attention": sdpa_cases,
@@ -386,6 +450,9 @@ STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "gelu": gelu_cases,
     "sinusoidal_positions": sinusoidal_cases,
     "rotary_embedding": rotary_cases,
+    "feed_forward": feed_forward_cases,
+    "decoder_block": decoder_block_cases,
+    "gpt_forward": gpt_forward_cases,
 }
 assert set(STRATEGIES) == set(ops.OPS), "every contract operation needs a strategy"
 

@@ -57,6 +57,10 @@ class Facts:
     stat: np.ndarray | None = None
     mean: np.ndarray | None = None
     std: np.ndarray | None = None
+    # the transformer: the rows its first layer norm (feed_forward: its first projection) receives,
+    # x or gpt_forward's embeddings wte[tokens] + wpe[:n]
+    rows: np.ndarray | None = None
+    sizes: dict[str, int] = field(default_factory=dict)  # sizes no transpose confuses: h, n_ctx, n_layer
 
 
 @dataclass(frozen=True)
@@ -328,6 +332,65 @@ POSITION_FEATURES: tuple[Feature, ...] = (
 )
 POSITION_FEATURES = tuple(dataclasses.replace(f, families=("position",)) for f in POSITION_FEATURES)
 FEATURES = FEATURES + POSITION_FEATURES
+# The transformer (ops family "transformer": feed_forward, decoder_block, gpt_forward), counted for
+# that family only; gpt_forward's sizes (n_ctx, n_layer) and a norm's eps are not applicable to
+# the operations without them (the catalogue says which).
+LARGE_ROWS = 100.0  # a residual stream of order 100: the norms rescale it, the residual sums keep it
+
+
+def _repeated(f: Facts) -> bool:
+    # a token id twice (gpt_forward: its rows then differ only by position) or two identical rows
+    if "tokens" in f.inputs:
+        return len(np.unique(f.inputs["tokens"])) < len(f.inputs["tokens"])
+    return f.rows is not None and len(np.unique(f.rows, axis=0)) < len(f.rows)
+
+
+def _near_constant(f: Facts) -> bool:
+    # the norm family's cancellation regime, on the rows the first layer norm normalises
+    if f.rows is None or f.op == "feed_forward":
+        return False
+    mean, std = f.rows.mean(axis=1), f.rows.std(axis=1)
+    return bool(((std > 0) & (np.abs(mean) >= 1e3 * std)).any())
+
+
+TRANSFORMER_FEATURES: tuple[Feature, ...] = (
+    Feature(
+        "tf.erf",
+        "transformer",
+        "gelu's erf form (approximate none or absent)",
+        lambda f: f.options.get("approximate") in (None, "none"),
+    ),
+    Feature("tf.tanh", "transformer", "gelu's tanh approximation", lambda f: f.options.get("approximate") == "tanh"),
+    Feature("tf.eps_default", "transformer", "eps absent (1e-5)", lambda f: f.options.get("eps") is None),
+    Feature("tf.eps_given", "transformer", "eps given", lambda f: f.options.get("eps") is not None),
+    Feature("tf.heads_one", "transformer", "one head", lambda f: f.sizes.get("h") == 1),
+    Feature("tf.heads_many", "transformer", "several heads", lambda f: f.sizes.get("h", 0) > 1),
+    Feature("tf.one_token", "transformer", "one token (n = 1)", lambda f: f.n_q == 1),
+    Feature("tf.repeated", "transformer", "a repeated token (or two identical rows)", _repeated),
+    Feature(
+        "tf.large",
+        "transformer",
+        f"input rows (gpt: embeddings) with max abs >= {LARGE_ROWS:g}",
+        lambda f: f.rows is not None and bool(np.abs(f.rows).max() >= LARGE_ROWS),
+    ),
+    Feature(
+        "tf.near_constant",
+        "transformer",
+        "a nearly constant row into a norm: abs(mean) >= 1e3 std > 0",
+        _near_constant,
+    ),
+    Feature("tf.distinct", "transformer", "every dimension distinct (n, d, d_ff; gpt: vocab)", _distinct),
+    Feature(
+        "tf.short_context",
+        "transformer",
+        "fewer tokens than positions (n < n_ctx)",
+        lambda f: "n_ctx" in f.sizes and f.n_q < f.sizes["n_ctx"],
+    ),
+    Feature("tf.one_block", "transformer", "one block", lambda f: f.sizes.get("n_layer") == 1),
+    Feature("tf.blocks", "transformer", "several blocks, in order", lambda f: f.sizes.get("n_layer", 0) > 1),
+)
+TRANSFORMER_FEATURES = tuple(dataclasses.replace(f, families=("transformer",)) for f in TRANSFORMER_FEATURES)
+FEATURES = FEATURES + TRANSFORMER_FEATURES
 FEATURE_KEYS = {feat.key for feat in FEATURES}
 GROUPS = {feat.group for feat in FEATURES}
 
@@ -411,6 +474,23 @@ def facts_from(op: str, options: Mapping[str, Any], inputs: dict[str, np.ndarray
     elif op == "rotary_embedding":
         f.n_q, d = inputs["x"].shape
         f.dims = {"n": f.n_q, "d": d}
+    elif op == "feed_forward":
+        f.rows = inputs["x"]
+        f.n_q = f.rows.shape[0]
+        f.dims = {"n": f.n_q, "d": f.rows.shape[1], "d_ff": inputs["w_1"].shape[1]}
+    elif op == "decoder_block":
+        f.rows = inputs["x"]
+        f.n_q = f.rows.shape[0]
+        d = f.rows.shape[1]
+        f.dims = {"n": f.n_q, "d": d, "d_ff": inputs["params.w_1"].shape[1]}
+        f.sizes = {"h": int(options["num_heads"])}
+    elif op == "gpt_forward":
+        tokens = np.asarray(inputs["tokens"], dtype=np.int64)
+        wte, wpe = inputs["params.wte"], inputs["params.wpe"]
+        f.n_q = len(tokens)
+        f.rows = wte[tokens] + wpe[: f.n_q]
+        f.dims = {"n": f.n_q, "d": wte.shape[1], "d_ff": inputs["params.w_1"].shape[2], "vocab": wte.shape[0]}
+        f.sizes = {"h": int(options["num_heads"]), "n_ctx": wpe.shape[0], "n_layer": inputs["params.w_q"].shape[0]}
     elif op == "classifier_train":
         pass  # its regimes are classifier_step's, per sentence: marked not applicable in the catalogue
     elif ops.get(op).family == "activation":
@@ -558,6 +638,9 @@ SHORT = {
     "gelu": "gelu",
     "sinusoidal_positions": "sinusoidal",
     "rotary_embedding": "RoPE",
+    "feed_forward": "FFN",
+    "decoder_block": "block",
+    "gpt_forward": "GPT",
 }
 
 

@@ -20,6 +20,22 @@ the result: the erfc and sigmoid formulations are more accurate and pass too.
   C_EXP u |tanh a|``;
 * then ``s = 1 + f`` (f = erf or tanh, error e_f): ``e_s = e_f + u (1 + |f| + e_f)``, and
   ``y = 0.5 x s``: ``e_y = 0.5 |x| e_s + (C_IN + 1) u (|y| + 0.5 |x| e_s)``.
+
+The rules hold for every point of a ball ``x`` (an input known to within its radius): every
+quantity that grows the bound is taken at the ball's upper end, and the distance ``near`` at
+which the derivative of erf or tanh is taken at its lower end.
+
+**An input that carries an error** (``gelu_carried``: the feed-forward's hidden layer, computed
+from a product that is itself off by up to e): a correct implementation computes the formulation
+above at some x' with ``|x' - x| <= e``, so::
+
+    |gelu'(x') - gelu(x)| <= |gelu(x') - gelu(x)| + |gelu'(x') - gelu(x')|
+                         <= max_{|t - x| <= e} |gelu'(t)| e  +  max_{|t - x| <= e} rule(t)
+
+the first by the mean value theorem (no second-order term: the maximum over the ball is taken
+rigorously, the derivative evaluated in ball arithmetic on ``[x - e, x + e]``), the second the
+rule above evaluated on that ball. The derivatives: erf form ``Phi(x) + x phi(x)``; tanh form
+``0.5 (1 + tanh a) + 0.5 x (1 - tanh(a)^2) sqrt(2/pi) (1 + 3 c x^2)``.
 """
 
 from __future__ import annotations
@@ -53,9 +69,10 @@ def _form(options: Mapping[str, Any]) -> str:
 def erf_form_error(x: arb, y: arb) -> arb:
     """The error bound of ``0.5 x (1 + erf(x / sqrt(2)))`` at x (exact result y): the module's rule."""
     u = bounds.U
-    z = (x / arb(2).sqrt()).abs_upper()
+    zb = x / arb(2).sqrt()
+    z, z_low = zb.abs_upper(), zb.abs_lower()
     e_z = (bounds.C_IN + 2) * u * z
-    near = z - e_z if z > e_z else arb(0)
+    near = z_low - e_z if z_low > e_z else arb(0)  # exp(-near^2): largest at the ball's lower end
     e_f = 2 / arb.pi().sqrt() * (-(near * near)).exp() * e_z + bounds.C_EXP * u * x.erf().abs_upper()
     return _outer(x, y, x.erf().abs_upper(), e_f)
 
@@ -67,12 +84,13 @@ def tanh_form_error(x: arb, y: arb) -> arb:
     xa = x.abs_upper()
     cube = c * xa**3
     k = (2 / arb.pi()).sqrt()
-    p = (x + c * x**3).abs_upper()
+    p = (x + c * x * x * x).abs_upper()
     e_p = 6 * u * cube + 2 * u * xa + bounds.C_IN * u * xa * (1 + 3 * c * xa * xa)
     e_a = k * e_p + 4 * u * k * (p + e_p)
-    a = k * p
-    near = a - e_a if a > e_a else arb(0)
-    t = (k * (x + c * x**3)).tanh().abs_upper()
+    a = k * (x + c * x * x * x)
+    a_low = a.abs_lower()  # 1 - tanh(near)^2: largest at the ball's lower end
+    near = a_low - e_a if a_low > e_a else arb(0)
+    t = a.tanh().abs_upper()
     e_f = (1 - near.tanh() ** 2) * e_a + bounds.C_EXP * u * t
     return _outer(x, y, t, e_f)
 
@@ -84,20 +102,48 @@ def _outer(x: arb, y: arb, f_abs: arb, e_f: arb) -> arb:
     return half + (bounds.C_IN + 1) * u * (y.abs_upper() + half)
 
 
-def gelu(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
-    x_arr = exact._f64(inputs, "x", 2)
-    form = _form(options)
-    xs = am.from_array(x_arr).entries()
+def _value(x: arb, form: str) -> arb:
+    """gelu(x) in ball arithmetic (the module's formulas: no cancellation for x << 0)."""
     if form == "tanh":
         k, c = (2 / arb.pi()).sqrt(), _cubic()
-        ys = [x / (1 + (-2 * k * (x + c * x**3)).exp()) for x in xs]
-    else:
-        ys = [x * (-x / arb(2).sqrt()).erfc() / 2 for x in xs]
+        return x / (1 + (-2 * k * (x + c * x * x * x)).exp())
+    return x * (-x / arb(2).sqrt()).erfc() / 2
+
+
+def _derivative(x: arb, form: str) -> arb:
+    """gelu'(x), an enclosure of its values over the ball x (module docstring)."""
+    if form == "tanh":
+        k, c = (2 / arb.pi()).sqrt(), _cubic()
+        t = (k * (x + c * x * x * x)).tanh()
+        return (1 + t) / 2 + x / 2 * (1 - t * t) * k * (1 + 3 * c * x * x)
+    return (-x / arb(2).sqrt()).erfc() / 2 + x * (-(x * x) / 2).exp() / (2 * arb.pi()).sqrt()
+
+
+def gelu_carried(x: arb, e: arb, form: str) -> arb:
+    """The error bound of gelu at an input x computed with error at most e: the module's rule."""
+    ball = x + arb(0, e)  # every x' with |x' - x| <= e
+    rule = tanh_form_error if form == "tanh" else erf_form_error
+    return _derivative(ball, form).abs_upper() * e + rule(ball, _value(ball, form)).abs_upper()
+
+
+def gelu_t(g: Graph, x: T, form: str) -> T:
+    """gelu entrywise on a value/bound matrix: ``rule`` for exact inputs, ``gelu_carried`` else."""
+    xs = x.v.entries()
+    ys = [_value(xi, form) for xi in xs]
     e = None
     if g.track:
-        rule = tanh_form_error if form == "tanh" else erf_form_error
-        e = am.build(*x_arr.shape, [rule(x, y) for x, y in zip(xs, ys, strict=True)])
-    return {"y": Out(T(am.build(*x_arr.shape, ys), e), x_arr.shape)}
+        if x.e is None:
+            rule = tanh_form_error if form == "tanh" else erf_form_error
+            errs = [rule(xi, yi) for xi, yi in zip(xs, ys, strict=True)]
+        else:
+            errs = [gelu_carried(xi, ei, form) for xi, ei in zip(xs, x.e.entries(), strict=True)]
+        e = am.build(*x.shape, errs)
+    return T(am.build(*x.shape, ys), e)
+
+
+def gelu(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
+    x_arr = exact._f64(inputs, "x", 2)
+    return {"y": Out(gelu_t(g, exact._exact(x_arr), _form(options)), x_arr.shape)}
 
 
 exact.register_graph("gelu", gelu)

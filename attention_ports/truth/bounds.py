@@ -580,7 +580,8 @@ def colsum(x_abs: arb_mat, e_x: arb_mat | None) -> arb_mat:
 
 
 def entry_sub(d_abs: arb_mat, e_x: arb_mat | None, e_y: arb_mat | None) -> arb_mat:
-    """Error of ``X - Y`` entrywise, given |X - Y|."""
+    """Error of ``X - Y`` entrywise, given |X - Y|; the same rule for ``X + Y`` given |X + Y| (a
+    transformer's residual adds)."""
     prop = _plus(_plus(am.zeros(*am.shape(d_abs)), e_x), e_y)
     return prop + U * (d_abs + prop)
 

@@ -422,9 +422,7 @@ def multi_head_attention(
             "multi_head_attention: query, key and value need the same d_model, key and value the same n_k; "
             f"got query {query.shape}, key {key.shape}, value {value.shape}"
         )
-    h = options.get("num_heads")
-    if isinstance(h, bool) or not isinstance(h, int) or h < 1 or d % h:
-        raise InputError(f"multi_head_attention: num_heads={h!r} must be a positive divisor of d_model={d}")
+    h = num_heads(options, d, "multi_head_attention")
     w = {}
     for s in "qkvo":
         arr = _f64(inputs, f"w_{s}", 2)
@@ -439,24 +437,46 @@ def multi_head_attention(
     mask = None
     if inputs.get("mask") is not None:
         mask = parse_mask(_rows(np.asarray(inputs["mask"]), rows), (n_q, n_k))
-    d_head = d // h
+    heads = attend_heads(g, q, k, v, h, mask)
+    output = g.affine(heads.concat, w["o"], b["o"])
+    w_all = heads.weights
+    stacked = T(am.vcat([a.v for a in w_all]), am.vcat([a.e for a in w_all]) if g.track else None)
+    nan_w = frozenset(i * n_q + r for i in range(h) for r in _nan_rows(heads.dead, g.masked_query))
+    return {
+        "output": Out(output, output.shape, _nan_rows(heads.dead, g.masked_query)),
+        "weights": Out(stacked, (h, n_q, n_k), nan_w),
+    }
+
+
+def num_heads(options: Mapping[str, Any], d: int, op: str) -> int:
+    h = options.get("num_heads")
+    if isinstance(h, bool) or not isinstance(h, int) or h < 1 or d % h:
+        raise InputError(f"{op}: num_heads={h!r} must be a positive divisor of d_model={d}")
+    return h
+
+
+@dataclass
+class Heads:
+    concat: T  # the heads' outputs side by side (n_q x d), before the output projection
+    weights: list[T]  # each head's attention weights
+    dead: list[int]  # queries with no key (the same in every head: one mask)
+
+
+def attend_heads(g: Graph, q: T, k: T, v: T, h: int, mask: Mask | None) -> Heads:
+    """Multi-head attention on projected q, k, v: head i is the i-th contiguous block of
+    d / h features, scale 1/sqrt(d / h) (multi_head_attention; the transformer's blocks)."""
+    d_head = q.shape[1] // h
     s = arb(d_head).rsqrt()
-    heads, weights, nan_w = [], [], set()
+    outs, weights = [], []
     dead: list[int] = []
     for i in range(h):
         lo, hi = i * d_head, (i + 1) * d_head
         out, sm = g.attention(q.cols(lo, hi), k.cols(lo, hi), v.cols(lo, hi), s, mask)
-        heads.append(out)
+        outs.append(out)
         weights.append(sm.a)
-        nan_w |= _nan_rows(sm.dead, g.masked_query, offset=i * n_q)
         dead = sm.dead
-    concat = T(am.hcat([o.v for o in heads]), am.hcat([o.e for o in heads]) if g.track else None)
-    output = g.affine(concat, w["o"], b["o"])
-    stacked = T(am.vcat([a.v for a in weights]), am.vcat([a.e for a in weights]) if g.track else None)
-    return {
-        "output": Out(output, output.shape, _nan_rows(dead, g.masked_query)),
-        "weights": Out(stacked, (h, n_q, n_k), frozenset(nan_w)),
-    }
+    concat = T(am.hcat([o.v for o in outs]), am.hcat([o.e for o in outs]) if g.track else None)
+    return Heads(concat, weights, dead)
 
 
 # -------------------------------------------------------------------- seed 003's classifier

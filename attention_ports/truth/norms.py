@@ -41,6 +41,30 @@ at call time (the float32 tier swaps them: ``truth/precision.py``). Per row, wit
 So a correct row is off by about ``n u |mu| / std`` relative where its mean dominates (the
 condition of centring), while the one-pass ``mean(x^2) - mean(x)^2`` is off by ``u mu^2 / var``:
 on a row with ``|mu| / std = 1e4`` the bound allows ~1e-11 and one-pass errs by ~1e-8.
+
+The rule holds for every point of balls ``x``, ``c``, ``v`` (quantities that grow the bound at
+their upper ends, ``v + eps`` in the denominators at its lower end): ``layer_norm_row``.
+
+**Inputs that carry errors** (``layer_norm_carried``: a transformer's hidden states, off by up to
+e_k each). A correct implementation computes the rule's formulation at some x' with
+``|x'_k - x_k| <= e_k``, so ``|y'(x') - y(x)| <= |y(x') - y(x)| + |y'(x') - y(x')|``:
+
+* the exact change, with ``dc = dx - mean(dx)``, ``|dc_j| <= delta_j = e_j + mean(e)``,
+  ``s = v + eps``, ``yhat = c r`` and ``t = (v' - v) / s = (2 mean(c dc) + mean(dc^2)) / s``:
+  ``y_j(x') - y_j(x) = dc_j r' + c_j (r' - r)``, ``r' = r (1 + t)^(-1/2)``. Its first-order part
+  is the Jacobian ``r (dx_j - mean(dx) - yhat_j mean(yhat dx))`` (``mean(yhat dc) = mean(yhat dx)``:
+  yhat sums to 0), bounded entrywise by ``r (delta_j + |yhat_j| mean(|yhat| e))``. The rest, with
+  ``|t| <= T = (2 mean(|c| delta) + mean(delta^2)) / s`` and the Taylor remainder
+  ``|(1 + t)^(-1/2) - 1 + t/2| <= R = 3/8 T^2 / (1 - T)^(5/2)``::
+
+      r delta_j (T/2 + R) + |yhat_j| (mean(delta^2) / (2 s) + R)
+
+  certified in ball arithmetic; a row with ``T >= MAX_FIRST_ORDER`` is refused (``BoundError``:
+  the input errors move its variance too much for the expansion, a nearly constant row);
+* the implementation's own rounding at x': the exact-input rule above evaluated on the balls
+  ``x_k +/- e_k``, ``c_k +/- delta_k``, ``v +/- T s`` (every x' lies in them);
+
+then the affine part, whose rule already takes ``y``'s error bound.
 """
 
 from __future__ import annotations
@@ -85,8 +109,9 @@ def scale_error(s: arb, e_s: arb) -> arb:
     return t / 2 + t * t + C_SQRT * bounds.U
 
 
-def layer_norm_row(x: list[arb], c: list[arb], v: arb, eps: arb) -> list[arb]:
-    """Error bounds of ``c_j r`` for one row (before the affine part): the module's rule."""
+def layer_norm_row(x: list[arb], c: list[arb], v: arb, eps: arb, v_low: arb | None = None) -> list[arb]:
+    """Error bounds of ``c_j r`` for one row (before the affine part): the module's rule. The
+    arguments may be balls (every point of them: ``v_low`` the variance's lower end)."""
     n = len(x)
     u, r_n = bounds.U, rho(n)
     xa = [xi.abs_upper() for xi in x]
@@ -99,7 +124,49 @@ def layer_norm_row(x: list[arb], c: list[arb], v: arb, eps: arb) -> list[arb]:
         + bounds.gamma(n + 1) * sum(((cj + ej) ** 2 for cj, ej in zip(ca, e_c, strict=True)), arb(0)) / n
         + 2 * r_n * sum((cj * xj for cj, xj in zip(ca, xa, strict=True)), arb(0)) / n
     )
-    return _scaled(ca, e_c, v.abs_upper(), e_v, eps)
+    return _scaled(ca, e_c, v.abs_upper(), e_v, eps, v_low)
+
+
+def layer_norm_carried(x: list[arb], e: list[arb], c: list[arb], v: arb, eps: arb) -> list[arb]:
+    """Error bounds of ``c_j r`` for a row whose entries carry errors ``e`` (before the affine
+    part): first order through the Jacobian, the certified remainder, and ``layer_norm_row`` on
+    the ball of perturbed inputs (module docstring, "Inputs that carry errors")."""
+    n = len(x)
+    s = v + eps
+    r = s.rsqrt().abs_upper()
+    ca = [cj.abs_upper() for cj in c]
+    ya = [(cj * s.rsqrt()).abs_upper() for cj in c]  # |yhat|, the normalised row
+    mean_e = sum(e, arb(0)) / n
+    delta = [ej + mean_e for ej in e]  # bounds of |dx_j - mean(dx)|
+    mean_ye = sum((y * ej for y, ej in zip(ya, e, strict=True)), arb(0)) / n
+    first = [r * (dj + y * mean_ye) for dj, y in zip(delta, ya, strict=True)]
+    # the remainder: t = (v' - v) / s with |v' - v| <= dv = 2 mean(|c| delta) + mean(delta^2)
+    sq = sum((dj * dj for dj in delta), arb(0)) / n
+    dv = 2 * sum((cj * dj for cj, dj in zip(ca, delta, strict=True)), arb(0)) / n + sq
+    big_t = (dv / s).abs_upper()
+    if not (big_t < bounds.MAX_FIRST_ORDER):
+        raise bounds.BoundError(
+            f"a layer norm row's input errors move its variance by {_short(big_t)} relative: the first-order "
+            "analysis does not apply (a nearly constant row, or errors carried from earlier layers too large)"
+        )
+    rem = arb(3) / 8 * big_t * big_t / (1 - big_t) ** arb(2.5)  # |(1 + t)^(-1/2) - 1 + t/2|
+    half_sq = (sq / (2 * s)).abs_upper()
+    second = [r * dj * (big_t / 2 + rem) + y * (half_sq + rem) for dj, y in zip(delta, ya, strict=True)]
+    # the rounding of a correct implementation at the perturbed inputs x' (every point of the balls)
+    xb = [xj + arb(0, ej) for xj, ej in zip(x, e, strict=True)]
+    cb = [cj + arb(0, dj) for cj, dj in zip(c, delta, strict=True)]
+    vb = v + arb(0, dv)
+    rnd = layer_norm_row(xb, cb, vb, eps, _low(vb))
+    return [(f + q + z).abs_upper() for f, q, z in zip(first, second, rnd, strict=True)]
+
+
+def _low(v: arb) -> arb:
+    """The lower end of a variance's ball, at least 0 (a variance is)."""
+    return v.lower() if v.lower() > 0 else arb(0)
+
+
+def _short(x: arb) -> str:
+    return f"{float(x.upper()):.4g}"
 
 
 def rms_norm_row(x: list[arb], ms: arb, eps: arb) -> list[arb]:
@@ -112,11 +179,14 @@ def rms_norm_row(x: list[arb], ms: arb, eps: arb) -> list[arb]:
     return _scaled(xa, e_c, ms.abs_upper(), e_ms, eps)
 
 
-def _scaled(ca: list[arb], e_c: list[arb], v: arb, e_v: arb, eps: arb) -> list[arb]:
+def _scaled(ca: list[arb], e_c: list[arb], v: arb, e_v: arb, eps: arb, v_low: arb | None = None) -> list[arb]:
+    """``v``: the variance's upper end; ``v_low`` its lower end where it is a ball (an input
+    carrying errors): the relative error ``t`` and ``r`` are largest there."""
     u = bounds.U
     s = v + eps
-    theta = scale_error(s, e_v + u * (s + e_v))
-    r = s.rsqrt().abs_upper()
+    s_low = s if v_low is None else v_low + eps
+    theta = scale_error(s_low, e_v + u * (s + e_v))
+    r = s_low.rsqrt().abs_upper()
     return [r * ((cj + ej) * (1 + theta) * (1 + u) - cj) for cj, ej in zip(ca, e_c, strict=True)]
 
 
@@ -144,7 +214,7 @@ def _vec(inputs: Mapping[str, np.ndarray], name: str, d: int) -> list[arb] | Non
     return None if t is None else t.v.entries()
 
 
-def _finish(g: Graph, shape: tuple[int, int], y: list[arb], e_y: list[arb] | None, w, b) -> dict[str, Out]:
+def _affine_rows(g: Graph, shape: tuple[int, int], y: list[arb], e_y: list[arb] | None, w, b) -> T:
     d = shape[1]
     out = []
     for i, yi in enumerate(y):
@@ -161,25 +231,35 @@ def _finish(g: Graph, shape: tuple[int, int], y: list[arb], e_y: list[arb] | Non
             for i in range(0, len(y), d)
         ]
         e = am.build(shape[0], d, [x for row in e_rows for x in row])
-    t = T(am.build(shape[0], d, out), e)
-    return {"y": Out(t, shape)}
+    return T(am.build(shape[0], d, out), e)
 
 
-def layer_norm(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
-    x_arr, rows = _x(inputs)
-    n_rows, d = x_arr.shape
-    w, b, eps = _vec(inputs, "weight", d), _vec(inputs, "bias", d), _eps(options)
+def layer_norm_t(g: Graph, x: T, w: list[arb] | None, b: list[arb] | None, eps: arb) -> T:
+    """layer_norm of the rows of a value/bound matrix: ``layer_norm_row`` where the inputs are
+    exact, ``layer_norm_carried`` where they carry errors (a transformer's hidden states)."""
+    n_rows, d = x.shape
+    e_rows = am.rows_of(x.e) if g.track and x.e is not None else None
     y: list[arb] = []
     e_y: list[arb] = []
-    for row in rows:
+    for i, row in enumerate(am.rows_of(x.v)):
         total = sum(row, arb(0))
         c = [(d * xj - total) / d for xj in row]  # exactly 0 on a constant row
         v = sum((cj * cj for cj in c), arb(0)) / d
         r = (v + eps).rsqrt()
         y.extend(cj * r for cj in c)
         if g.track:
-            e_y.extend(layer_norm_row(row, c, v, eps))
-    return _finish(g, (n_rows, d), y, e_y if g.track else None, w, b)
+            if e_rows is None:  # the inputs are exact, or balls whose every point the rule covers
+                e_y.extend(layer_norm_row(row, c, v, eps, _low(v)))
+            else:
+                e_y.extend(layer_norm_carried(row, e_rows[i], c, v, eps))
+    return _affine_rows(g, (n_rows, d), y, e_y if g.track else None, w, b)
+
+
+def layer_norm(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
+    x_arr = exact._f64(inputs, "x", 2)
+    d = x_arr.shape[1]
+    w, b, eps = _vec(inputs, "weight", d), _vec(inputs, "bias", d), _eps(options)
+    return {"y": Out(layer_norm_t(g, exact._exact(x_arr), w, b, eps), x_arr.shape)}
 
 
 def rms_norm(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
@@ -194,7 +274,7 @@ def rms_norm(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, A
         y.extend(xj * r for xj in row)
         if g.track:
             e_y.extend(rms_norm_row(row, ms, eps))
-    return _finish(g, (n_rows, d), y, e_y if g.track else None, w, None)
+    return {"y": Out(_affine_rows(g, (n_rows, d), y, e_y if g.track else None, w, None), (n_rows, d))}
 
 
 exact.register_graph("layer_norm", layer_norm)

@@ -499,3 +499,63 @@ def test_gelu_in_the_other_form_is_named_and_a_correct_one_is_not() -> None:
     tanh = call_reference("gelu", c.inputs, {"approximate": "tanh"})["y"]
     assert "computes the tanh approximation where approximate" in diagnose.explain(c, "y", tanh)
     assert diagnose.explain(c, "y", call_reference("gelu", c.inputs, {})["y"]) == ""
+
+
+# ---------------------------------------------------------------- the transformer
+
+
+def _gelu(x: np.ndarray, form: str) -> np.ndarray:
+    if form == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+def _block(x: np.ndarray, p: dict[str, np.ndarray], h: int, eps: float, form: str, causal: bool) -> np.ndarray:
+    """GPT-2's block written out on its own (not the reference's code), the causal mask optional."""
+    n, d = x.shape
+    a = _layer_norm(x, eps) * p["ln1_w"] + p["ln1_b"]
+    q, k, v = (a @ p[f"w_{s}"] + p[f"b_{s}"] for s in "qkv")
+    heads = []
+    for c in np.split(np.arange(d), h):
+        s = q[:, c] @ k[:, c].T / math.sqrt(len(c))
+        if causal:
+            s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+        e = np.exp(s - s.max(axis=1, keepdims=True))
+        heads.append(e / e.sum(axis=1, keepdims=True) @ v[:, c])
+    hid = x + np.concatenate(heads, axis=1) @ p["w_o"] + p["b_o"]
+    f = _layer_norm(hid, eps) * p["ln2_w"] + p["ln2_b"]
+    return hid + _gelu(f @ p["w_1"] + p["b_1"], form) @ p["w_2"] + p["b_2"]
+
+
+def _transformer(c: Case, causal: bool = True, form: str | None = None) -> np.ndarray:
+    p = {k.split(".", 1)[1]: a for k, a in c.inputs.items() if k.startswith("params.")}
+    eps = 1e-5 if c.options.get("eps") is None else c.options["eps"]
+    h = int(c.options["num_heads"])
+    form = form or c.options.get("approximate") or "none"
+    if c.op == "decoder_block":
+        return _block(c.inputs["x"], p, h, eps, form, causal)
+    x = p["wte"][c.inputs["tokens"]] + p["wpe"][: len(c.inputs["tokens"])]
+    for b in range(p["ln1_w"].shape[0]):
+        x = _block(x, {m: a[b] for m, a in p.items()}, h, eps, form, causal)
+    return (_layer_norm(x, eps) * p["lnf_w"] + p["lnf_b"]) @ p["w_head"]
+
+
+@pytest.mark.parametrize(("cid", "output"), [("block_h2_defaults", "y"), ("gpt_two_blocks_h4", "logits")])
+def test_a_transformer_without_the_causal_mask_is_named_and_a_correct_one_is_not(cid: str, output: str) -> None:
+    c = case(cid)
+    assert diagnose.explain(c, output, _transformer(c)) == ""
+    assert "the attention is not causal" in diagnose.explain(c, output, _transformer(c, causal=False))
+    other = 'gelu computes the tanh approximation where approximate = "none"'
+    assert other in diagnose.explain(c, output, _transformer(c, form="tanh"))
+
+
+def test_gpt_logits_of_the_last_position_only_are_named_in_the_ports_terms() -> None:
+    c = case("gpt_one_block_h2_tanh")  # 5 tokens, vocab 12
+    last = expected(c, "logits")[-1]
+    for shape in ((1, 12), (12,), (12, 1)):
+        line = diagnose.explain(c, "logits", last.reshape(shape))
+        assert line.startswith("logits holds the last position's logits only (12 values)"), line
+        assert "one row of next-token logits for every position, 5 here" in line
+    julia_line = diagnose.explain(c, "logits", last[None, :], julia("logits", Role.TOKENS))
+    assert "one column of next-token logits for every position" in julia_line
+    assert "last position" not in diagnose.explain(c, "logits", expected(c, "logits")[0][None, :])

@@ -65,9 +65,10 @@ def test_cli_readme_refuses_a_file_without_the_markers(tmp_path: Path) -> None:
 def test_the_stability_flag_is_honest(features_by_case: dict[str, set[str]]) -> None:
     """A case flagged 'stability' must really overflow or underflow exp somewhere (issue 9), or
     hold a nearly constant row where a one-pass variance cancels (the normalisation layers), or
-    reach gelu's negative tail, where 1 + erf cancels."""
+    reach gelu's negative tail, where 1 + erf cancels (the transformer: a nearly constant row into
+    its first norm)."""
     stable = {"regime.overflow", "regime.underflow", "regime.out_overflow", "regime.out_underflow"}
-    stable |= {"norm.cancellation", "act.negative_tail"}
+    stable |= {"norm.cancellation", "act.negative_tail", "tf.near_constant"}
     for case in load_catalogue(CATALOGUE).cases:
         if "stability" in case.flags:
             assert features_by_case[case.id] & stable, f"{case.id} is flagged stability but no logit leaves exp's range"
@@ -92,6 +93,14 @@ def test_the_stability_flag_is_honest(features_by_case: dict[str, set[str]]) -> 
         ("clf_forward_identical_keys", {"regime.ties", "regime.underflow", "regime.out_overflow"}, set()),
         ("clf_train_small_frozen_w_q_b_v", {"train.frozen", "train.empty"}, {"train.unfrozen"}),
         ("softmax_one_column_extremes", {"regime.one_key", "regime.overflow", "regime.underflow"}, set()),
+        ("ffn_large_tanh_repeated", {"tf.tanh", "tf.repeated", "tf.large", "tf.distinct"}, {"tf.erf", "tf.one_token"}),
+        ("block_near_constant_h4", {"tf.near_constant", "tf.heads_many", "tf.eps_given"}, {"tf.large", "tf.repeated"}),
+        (
+            "gpt_large_near_constant",
+            {"tf.large", "tf.near_constant", "tf.blocks", "tf.heads_many", "tf.erf"},
+            {"tf.short_context", "tf.one_block", "tf.heads_one"},
+        ),
+        ("gpt_one_token", {"tf.one_token", "tf.short_context", "tf.one_block", "tf.heads_one"}, {"tf.repeated"}),
     ],
 )
 def test_features_are_read_from_the_data(

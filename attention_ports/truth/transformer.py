@@ -1,0 +1,399 @@
+"""The transformer's exact truth and error bounds: ``feed_forward``, ``decoder_block``, ``gpt_forward``.
+
+GPT-2's pre-norm decoder (ports/CONTRACT.md, "The transformer"), composed from the engine's
+primitives (``exact.Graph``: projections, scores, softmax, weighted values; ``exact.attend_heads``)
+and the families' rules (``norms.layer_norm_t``, ``activations.gelu_t``). Every node is a value/bound
+matrix ``T``: the bound pass propagates each operand's error bound through every rule and adds the
+node's own roundings, under the mixed forward-backward rule of ``bounds`` (docs/truth-and-bounds.md,
+"The transformer"). Unit roundoff and constants are read from ``bounds`` at call time (the float32
+tier swaps them: ``truth/precision.py``).
+
+**Within a sublayer** (``x + attn(ln_1(x))``, ``x + ffn(ln_2(x))``), node by node, each operand
+carrying the bounds of earlier nodes:
+
+* **projections** ``X W + b`` (q, k, v, the output projection, the feed-forward's two layers, the
+  LM head): ``bounds.affine``, rigorous with the operands' errors (second-order terms included);
+* **gelu** of a hidden unit that carries an error e: ``activations.gelu_carried``, the derivative's
+  maximum over ``[x - e, x + e]`` (ball arithmetic, certified) times e, plus the exact-input rule
+  evaluated on that ball;
+* **layer norm** of inputs that carry errors: ``norms.layer_norm_carried``, the Jacobian
+  ``dy_j = r (dx_j - mean(dx) - yhat_j mean(yhat dx))`` bounded entrywise, a certified remainder
+  (refused past ``bounds.MAX_FIRST_ORDER``), then the exact-input rule on the ball of perturbed
+  inputs, then the affine part;
+* **causal multi-head attention**: the scores, softmax and weighted-values rules of ``bounds`` with
+  q, k, v carrying their projections' errors (a logit error enters the softmax rule as ``e_S``),
+  query i keeping keys 0..i (a removed key has weight exactly 0 and no error);
+* **residual adds** ``x + a``: one rounding, ``e = e_x + e_a + u (|x + a| + e_x + e_a)``
+  (``bounds.entry_sub``, the same rule for a sum);
+* **embeddings** ``wte[t] + wpe[p]``: an exact gather, one rounding for the sum: ``e = u |x|``.
+
+**Across sublayers** (``through``): node by node, an error meets the absolute value of every
+weight matrix on its way (``|W_2| diag|gelu'| |W_1|`` where the signs of ``W_2 diag(gelu') W_1``
+cancel), which compounds with depth: measured, about 1,000 times a block, a bound of 1e-8
+relative on two blocks' logits where correct implementations differ by 1e-15. So the error ``e``
+of a sublayer's input x is carried through the sublayer's own Jacobian instead. A correct
+implementation computes the sublayer f at some x' with ``|x' - x| <= e``, and::
+
+    |f'(x') - f(x)| <= |f'(x') - f(x')| + |f(x') - f(x)|
+                    <= own(x +/- e)      + sum_k max_{x' in x +/- e} |J_ik(x')| e_k
+
+the first term the sublayer's bound with exact inputs, its rules evaluated on the ball
+``x +/- e`` (every rule holds for every point of its balls); the second by the mean value
+theorem, with J enclosed over the whole ball by forward-mode differentiation in ball arithmetic
+(``Tangent``: n d directions, one per input element), so no second-order term is left out.
+``decoder_block`` carries its first sublayer's error into the second this way, ``gpt_forward``
+every sublayer's and the final norm and head's. The Jacobian costs about (n d) x (n d_ff) entrywise
+operations a sublayer: past ``MAX_DIRECTIONS`` input elements the error is carried node by node
+(the rules above, ``layer_norm_carried`` and ``gelu_carried`` among them), sound but looser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from flint import arb, arb_mat
+
+from attention_ports.spec.ops import BLOCK_PARAMS, FFN_PARAMS
+from attention_ports.truth import activations, bounds, exact, norms
+from attention_ports.truth import arbmat as am
+from attention_ports.truth.exact import Graph, InputError, Mask, Out, T
+
+
+def _matrix(inputs: Mapping[str, np.ndarray], name: str, shape: tuple[int, int]) -> T:
+    arr = exact._f64(inputs, name, 2)
+    if arr.shape != shape:
+        raise InputError(f"{name} must have shape {shape}; got {arr.shape}")
+    return exact._exact(arr)
+
+
+def _vector(inputs: Mapping[str, np.ndarray], name: str, width: int) -> T:
+    arr = exact._f64(inputs, name, 1)
+    if arr.shape != (width,):
+        raise InputError(f"{name} must be a vector of length {width}; got shape {arr.shape}")
+    return exact._exact(arr)
+
+
+def ffn_params(inputs: Mapping[str, np.ndarray], d: int, prefix: str = "") -> dict[str, T]:
+    """w_1 (d x d_ff), b_1 (d_ff), w_2 (d_ff x d), b_2 (d): d_ff read from w_1."""
+    w_1 = exact._f64(inputs, f"{prefix}w_1", 2)
+    if w_1.shape[0] != d:
+        raise InputError(f"{prefix}w_1 must be (d x d_ff) with d = {d}; got shape {w_1.shape}")
+    d_ff = w_1.shape[1]
+    return {
+        "w_1": exact._exact(w_1),
+        "b_1": _vector(inputs, f"{prefix}b_1", d_ff),
+        "w_2": _matrix(inputs, f"{prefix}w_2", (d_ff, d)),
+        "b_2": _vector(inputs, f"{prefix}b_2", d),
+    }
+
+
+def feed_forward_t(g: Graph, x: T, p: Mapping[str, T], form: str) -> T:
+    """``gelu(x W_1 + b_1) W_2 + b_2``, every rule propagating the errors x carries."""
+    hidden = g.affine(x, p["w_1"], p["b_1"])
+    return g.affine(activations.gelu_t(g, hidden, form), p["w_2"], p["b_2"])
+
+
+def block_shapes(d: int, d_ff: int) -> dict[str, tuple[int, ...]]:
+    """Every block parameter's shape (ops.BLOCK_PARAMS), d_ff read from w_1."""
+    return {
+        **{n: (d, d) for n in ("w_q", "w_k", "w_v", "w_o")},
+        **{n: (d,) for n in ("ln1_w", "ln1_b", "b_q", "b_k", "b_v", "b_o", "ln2_w", "ln2_b", "b_2")},
+        "w_1": (d, d_ff),
+        "b_1": (d_ff,),
+        "w_2": (d_ff, d),
+    }
+
+
+def block_params(inputs: Mapping[str, np.ndarray], d: int, stacked: bool) -> list[dict[str, T]]:
+    """Each block's parameters from ``params.<name>``: one block's own (decoder_block), or the
+    stacks of gpt_forward, every array with a leading block axis (n_layer from params.w_q)."""
+    lead = exact._f64(inputs, "params.w_q", 3).shape[:1] if stacked else ()
+    d_ff = exact._f64(inputs, "params.w_1", len(lead) + 2).shape[-1]
+    arrays = {}
+    for name, shape in block_shapes(d, d_ff).items():
+        key = f"params.{name}"
+        arr = exact._f64(inputs, key, len(lead) + len(shape))
+        if arr.shape != (*lead, *shape):
+            want = f"(n_layer, {', '.join(map(str, shape))})" if stacked else str(shape)
+            raise InputError(f"{key} must have shape {want} (d = {d}, d_ff = {d_ff}); got {arr.shape}")
+        arrays[name] = arr
+    assert set(arrays) == set(BLOCK_PARAMS)
+    if not stacked:
+        return [{name: exact._exact(arr) for name, arr in arrays.items()}]
+    return [{name: exact._exact(arr[b]) for name, arr in arrays.items()} for b in range(lead[0])]
+
+
+def causal_mask(n: int) -> Mask:
+    """Query i keeps keys 0..i."""
+    return Mask(keep=[[j <= i for j in range(n)] for i in range(n)], add=None)
+
+
+def residual(g: Graph, x: T, a: T) -> T:
+    """``x + a`` entrywise: both errors and one rounding (``bounds.entry_sub``'s rule)."""
+    v = x.v + a.v
+    return T(v, bounds.entry_sub(am.eabs(v), x.e, a.e) if g.track else None)
+
+
+def _entries(t: T) -> list[arb]:
+    return t.v.entries()
+
+
+def attention_sublayer(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb) -> T:
+    """``x + attn(ln_1(x))``: causal multi-head attention with the output projection."""
+    a = norms.layer_norm_t(g, x, _entries(p["ln1_w"]), _entries(p["ln1_b"]), eps)
+    q, k, v = (g.affine(a, p[f"w_{s}"], p[f"b_{s}"]) for s in "qkv")
+    heads = exact.attend_heads(g, q, k, v, h, causal_mask(x.shape[0]))
+    return residual(g, x, g.affine(heads.concat, p["w_o"], p["b_o"]))
+
+
+def ffn_sublayer(g: Graph, x: T, p: Mapping[str, T], eps: arb, form: str) -> T:
+    """``x + ffn(ln_2(x))``."""
+    m = norms.layer_norm_t(g, x, _entries(p["ln2_w"]), _entries(p["ln2_b"]), eps)
+    return residual(g, x, feed_forward_t(g, m, p, form))
+
+
+def block_t(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb, form: str) -> T:
+    """GPT-2's pre-norm block: ``h = x + attn(ln_1(x))``, ``y = h + ffn(ln_2(h))``. An error
+    entering a sublayer is carried through its Jacobian (``through``), not node by node."""
+    mid = through(
+        g, x, lambda g_, x_: attention_sublayer(g_, x_, p, h, eps), lambda t: t_attention_sublayer(t, p, h, eps)
+    )
+    return through(g, mid, lambda g_, x_: ffn_sublayer(g_, x_, p, eps, form), lambda t: t_ffn_sublayer(t, p, eps, form))
+
+
+# -------------------------------------------------------------------- errors carried across blocks
+
+
+@dataclass
+class Tangent:
+    """Values ``v`` (n x w, balls) and their derivatives along m input directions, stacked:
+    row ``k n + i`` of ``d`` is the derivative of row i along direction k."""
+
+    v: arb_mat
+    d: arb_mat
+    m: int
+
+    @staticmethod
+    def seed(x: arb_mat) -> Tangent:
+        """The identity: direction k = i w + j is the input element (i, j)."""
+        n, w = am.shape(x)
+        m = n * w
+        one, zero = arb(1), am.ZERO
+        d = am.build(m * n, w, [one if k == i * w + j else zero for k in range(m) for i in range(n) for j in range(w)])
+        return Tangent(x, d, m)
+
+
+def _rows_to_blocks(d: arb_mat, m: int, n: int) -> arb_mat:
+    """Stacked (m n x c) -> side by side (n x m c): column block k is direction k."""
+    c = d.ncols()
+    e = d.entries()
+    return am.build(n, m * c, [e[(k * n + i) * c + j] for i in range(n) for k in range(m) for j in range(c)])
+
+
+def _blocks_to_rows(b: arb_mat, m: int, c: int) -> arb_mat:
+    """Side by side (n x m c) -> stacked (m n x c)."""
+    n = b.nrows()
+    e = b.entries()
+    return am.build(m * n, c, [e[i * m * c + k * c + j] for k in range(m) for i in range(n) for j in range(c)])
+
+
+def _tile(a: arb_mat, m: int) -> arb_mat:
+    return am.vcat([a] * m)
+
+
+def t_affine(x: Tangent, w: T, b: T | None) -> Tangent:
+    v = x.v * w.v
+    if b is not None:
+        v = v + am.bcast_rows(b.v, x.v.nrows())
+    return Tangent(v, x.d * w.v, x.m)
+
+
+def t_add(x: Tangent, y: Tangent) -> Tangent:
+    return Tangent(x.v + y.v, x.d + y.d, x.m)
+
+
+def t_gelu(x: Tangent, form: str) -> Tangent:
+    xs = x.v.entries()
+    size = len(xs)
+    der = [activations._derivative(xi, form) for xi in xs]
+    de = x.d.entries()
+    d = am.build(x.d.nrows(), x.d.ncols(), [de[t] * der[t % size] for t in range(len(de))])
+    return Tangent(am.build(*am.shape(x.v), [activations._value(xi, form) for xi in xs]), d, x.m)
+
+
+def t_layer_norm(x: Tangent, w: T, b: T, eps: arb) -> Tangent:
+    """Row i's derivative is ``dx M_i``, ``M_i = r (I - 1 1^T / n - yhat yhat^T / n) diag(w)``."""
+    n_rows, n = am.shape(x.v)
+    wv, bv = w.v.entries(), b.v.entries()
+    values: list[arb] = []
+    parts: list[arb_mat] = []
+    de = x.d.entries()
+    for i, row in enumerate(am.rows_of(x.v)):
+        total = sum(row, arb(0))
+        c = [(n * xj - total) / n for xj in row]
+        r = (sum((cj * cj for cj in c), arb(0)) / n + eps).rsqrt()
+        yhat = [cj * r for cj in c]
+        values.extend(yj * wj + bj for yj, wj, bj in zip(yhat, wv, bv, strict=True))
+        m_i = am.build(n, n, [r * ((j == k) - (1 + yhat[j] * yhat[k]) / n) * wv[k] for j in range(n) for k in range(n)])
+        rows_i = am.build(x.m, n, [de[(k * n_rows + i) * n + j] for k in range(x.m) for j in range(n)])
+        parts.append(rows_i * m_i)  # (m x n): row k is direction k's derivative of row i
+    pe = [p.entries() for p in parts]
+    d = am.build(x.m * n_rows, n, [pe[i][k * n + j] for k in range(x.m) for i in range(n_rows) for j in range(n)])
+    return Tangent(am.build(n_rows, n, values), d, x.m)
+
+
+def t_attention(q: Tangent, k: Tangent, v: Tangent, h: int, mask: Mask) -> Tangent:
+    """Causal multi-head attention and its derivative: per head, ``dS = s (dQ K^T + Q dK^T)``,
+    ``dA = A * (dS - rowsum(A * dS))``, ``dZ = dA V + A dV``."""
+    g0 = Graph(track=False)
+    n, d = am.shape(q.v)
+    m, dh = q.m, d // h
+    s = arb(dh).rsqrt()
+    outs_v, outs_d = [], []
+    for hd in range(h):
+        lo, hi = hd * dh, (hd + 1) * dh
+        qv, kv, vv = (am.take_cols(t.v, lo, hi) for t in (q, k, v))
+        dq, dk, dv = (am.take_cols(t.d, lo, hi) for t in (q, k, v))
+        sm = g0.softmax_rows(T((qv * kv.transpose()) * s), mask.keep, "zeros")
+        a = sm.a.v
+        ds = (dq * kv.transpose() + _blocks_to_rows(qv * dk.transpose(), m, n)) * s
+        a_rep = _tile(a, m)
+        ads = am.emul(a_rep, ds)
+        da = ads - am.emul(a_rep, am.bcast_cols(am.rowsum(ads), n))
+        outs_v.append(a * vv)
+        outs_d.append(da * vv + _blocks_to_rows(a * _rows_to_blocks(dv, m, n), m, dh))
+    return Tangent(am.hcat(outs_v), am.hcat(outs_d), m)
+
+
+def t_attention_sublayer(x: Tangent, p: Mapping[str, T], h: int, eps: arb) -> Tangent:
+    a = t_layer_norm(x, p["ln1_w"], p["ln1_b"], eps)
+    q, k, v = (t_affine(a, p[f"w_{s}"], p[f"b_{s}"]) for s in "qkv")
+    return t_add(x, t_affine(t_attention(q, k, v, h, causal_mask(x.v.nrows())), p["w_o"], p["b_o"]))
+
+
+def t_ffn_sublayer(x: Tangent, p: Mapping[str, T], eps: arb, form: str) -> Tangent:
+    m = t_layer_norm(x, p["ln2_w"], p["ln2_b"], eps)
+    hidden = t_gelu(t_affine(m, p["w_1"], p["b_1"]), form)
+    return t_add(x, t_affine(hidden, p["w_2"], p["b_2"]))
+
+
+# The Jacobian has one direction per input element and costs about directions x n d_ff entrywise
+# operations a sublayer: past this many directions (n d = 1024: 32 tokens of 32 features) the
+# error is carried node by node instead, a looser bound (module docstring).
+MAX_DIRECTIONS = 1024
+
+
+def ball(x: T) -> arb_mat:
+    """Every x' with ``|x' - x| <= e``, as balls."""
+    assert x.e is not None
+    return am.build(*x.shape, [v + arb(0, e) for v, e in zip(x.v.entries(), x.e.entries(), strict=True)])
+
+
+def carried(x: T, tangent: Callable[[Tangent], Tangent]) -> arb_mat:
+    """``sum_k |J_ik| e_k``, J the Jacobian of ``tangent``'s function enclosed over the whole
+    ball ``x +/- e``: by the mean value theorem, a bound of ``|f(x') - f(x)|`` for every x' in it."""
+    assert x.e is not None
+    out = tangent(Tangent.seed(ball(x)))
+    n, w = am.shape(out.v)
+    # |J| as (m x n w): row k is direction k's derivative of every output element
+    jac = am.build(out.m, n * w, [z.abs_upper() for z in out.d.entries()])
+    if not all(z.is_finite() for z in jac.entries()):
+        # e.g. a layer norm whose row is constant somewhere in the ball, with eps = 0
+        raise bounds.BoundError("a sublayer's Jacobian is unbounded over its input's error ball")
+    return am.build(n, w, (am.build(1, out.m, x.e.entries()) * jac).entries())
+
+
+def through(g: Graph, x: T, graph: Callable[[Graph, T], T], tangent: Callable[[Tangent], Tangent]) -> T:
+    """``graph`` applied to x, whose error a stack of blocks carries: the value at x, the bound
+    ``graph``'s own (its exact-input rules on the ball x +/- e) plus ``carried``."""
+    if not g.track or x.e is None or x.shape[0] * x.shape[1] > MAX_DIRECTIONS:
+        return graph(g, x)  # node by node: every rule propagates the error x carries
+    own = graph(g, T(ball(x)))
+    value = graph(Graph(track=False), T(x.v))
+    assert own.e is not None
+    return T(value.v, own.e + carried(x, tangent))
+
+
+# -------------------------------------------------------------------- the graphs
+
+
+def feed_forward(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
+    x = exact._f64(inputs, "x", 2)
+    p = ffn_params(inputs, x.shape[1])
+    assert set(p) == set(FFN_PARAMS)
+    y = feed_forward_t(g, exact._exact(x), p, activations._form(options))
+    return {"y": Out(y, y.shape)}
+
+
+def decoder_block(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
+    x = exact._f64(inputs, "x", 2)
+    d = x.shape[1]
+    h = exact.num_heads(options, d, "decoder_block")
+    (p,) = block_params(inputs, d, stacked=False)
+    y = block_t(g, exact._exact(x), p, h, norms._eps(options), activations._form(options))
+    return {"y": Out(y, y.shape)}
+
+
+def _tokens(inputs: Mapping[str, np.ndarray], vocab: int, n_ctx: int) -> list[int]:
+    if "tokens" not in inputs:
+        raise InputError("missing input 'tokens'")
+    arr = np.asarray(inputs["tokens"])
+    ok = (
+        arr.ndim == 1
+        and arr.size > 0
+        and (arr.dtype.kind in "iu" or (arr.dtype.kind == "f" and np.all(arr == np.round(arr))))
+    )
+    if not ok:
+        raise InputError(
+            f"tokens must be a non-empty vector of integer token ids; got shape {arr.shape}, dtype {arr.dtype}"
+        )
+    ids = [int(t) for t in arr.tolist()]
+    if min(ids) < 0 or max(ids) >= vocab:
+        raise InputError(
+            f"tokens must be 0-based ids in [0, {vocab - 1}] (params.wte has {vocab} rows); got {min(ids)}..{max(ids)}"
+        )
+    if len(ids) > n_ctx:
+        raise InputError(f"tokens holds {len(ids)} positions, more than params.wpe's n_ctx = {n_ctx}")
+    return ids
+
+
+def embed(g: Graph, ids: list[int], wte: np.ndarray, wpe: np.ndarray) -> T:
+    """``wte[t_i] + wpe[i]``: an exact gather, one rounding for the sum (``u |x|``)."""
+    n, d = len(ids), wte.shape[1]
+    v = am.build(n, d, [arb(float(wte[t, j])) + arb(float(wpe[i, j])) for i, t in enumerate(ids) for j in range(d)])
+    return T(v, bounds.U * am.eabs(v) if g.track else None)
+
+
+def gpt_forward(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
+    wte = exact._f64(inputs, "params.wte", 2)
+    vocab, d = wte.shape
+    wpe = exact._f64(inputs, "params.wpe", 2)
+    if wpe.shape[1] != d:
+        raise InputError(f"params.wpe must be (n_ctx x d) with d = {d} (params.wte is {wte.shape}); got {wpe.shape}")
+    ids = _tokens(inputs, vocab, wpe.shape[0])
+    h = exact.num_heads(options, d, "gpt_forward")
+    eps, form = norms._eps(options), activations._form(options)
+    blocks = block_params(inputs, d, stacked=True)
+    lnf_w, lnf_b = _vector(inputs, "params.lnf_w", d), _vector(inputs, "params.lnf_b", d)
+    w_head = exact._f64(inputs, "params.w_head", 2)
+    if w_head.shape != (d, vocab):
+        raise InputError(f"params.w_head must have shape (d, vocab) = {(d, vocab)}; got {w_head.shape}")
+    head = exact._exact(w_head)
+    x = embed(g, ids, wte, wpe)
+    for p in blocks:
+        x = block_t(g, x, p, h, eps, form)
+    logits = through(
+        g,
+        x,
+        lambda g_, x_: g_.affine(norms.layer_norm_t(g_, x_, _entries(lnf_w), _entries(lnf_b), eps), head, None),
+        lambda t: t_affine(t_layer_norm(t, lnf_w, lnf_b, eps), head, None),
+    )
+    return {"logits": Out(logits, logits.shape)}
+
+
+exact.register_graph("feed_forward", feed_forward)
+exact.register_graph("decoder_block", decoder_block)
+exact.register_graph("gpt_forward", gpt_forward)
