@@ -54,7 +54,7 @@ function _causal_mask(::Type{T}, n::Int) where {T}
 end
 
 # Causal multi-head self-attention of `a` (d × n) with its output projection; heads are contiguous
-# blocks of d_head rows of the projected q, k, v (as multi_head_attention), SDPA's default scale
+# blocks of d_head rows of the projected q, k, v (as in multi-head attention), SDPA's default scale
 # 1/sqrt(d_head).
 function _causal_self_attention(a::AbstractMatrix{T}, p, num_heads::Int) where {T<:AbstractFloat}
     d, n = size(a)
