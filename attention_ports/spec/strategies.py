@@ -373,6 +373,39 @@ def rotary_cases(draw: st.DrawFn) -> Drawn:
     return Drawn("rotary_embedding", inputs, options)
 
 
+# ---------------------------------------------------------------- the optimizer
+
+ADAM_STEPS = (1, 2, 3, 10, 1000)  # the first step (largest correction), 1 - beta2^2's cancellation, a late one
+
+
+@st.composite
+def adamw_cases(draw: st.DrawFn) -> Drawn:
+    """One AdamW step: a matrix or a vector; a fresh state or moments from earlier steps (v >= 0);
+    gradients at one scale or spread over 2^-30 .. 2^6 (where eps dominates some entries); each
+    option absent (torch's default) or drawn, weight_decay 0 (plain Adam) among them."""
+    shape = tuple(_sizes(draw, draw(st.integers(1, 2))))
+    p = draw(values(shape))
+    g = draw(values(shape))
+    if draw(st.booleans()):  # gradients across magnitudes: 2^k, k in -30 .. 6 per entry (exact)
+        g = g * 2.0 ** np.array(draw(st.lists(st.integers(-30, 6), min_size=g.size, max_size=g.size))).reshape(shape)
+    if draw(st.booleans()):
+        m, v = np.zeros(shape), np.zeros(shape)
+    else:
+        m = draw(values(shape)) * 2.0**-2
+        v = np.abs(draw(values(shape))) * np.abs(g) ** 2 + draw(values(shape)) ** 2 * 2.0**-4
+    options: dict[str, Any] = {"step": draw(st.sampled_from(ADAM_STEPS))}
+    for name, choices in (
+        ("lr", (1e-3, 0.01, 0.1)),
+        ("beta1", (0.0, 0.5, 0.9, 0.95)),
+        ("beta2", (0.9, 0.99, 0.999)),
+        ("eps", (1e-8, 1e-6, 1e-12)),
+        ("weight_decay", (0.0, 0.01, 0.5)),
+    ):
+        if draw(st.booleans()):
+            options[name] = draw(st.sampled_from(choices))
+    return Drawn("adamw_step", {"param": p, "grad": g, "m": m, "v": v}, options)
+
+
 STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "softmax": softmax_cases,
     "scaled_dot_product_attention": sdpa_cases,
@@ -386,6 +419,7 @@ STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "gelu": gelu_cases,
     "sinusoidal_positions": sinusoidal_cases,
     "rotary_embedding": rotary_cases,
+    "adamw_step": adamw_cases,
 }
 assert set(STRATEGIES) == set(ops.OPS), "every contract operation needs a strategy"
 
