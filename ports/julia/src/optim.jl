@@ -31,13 +31,16 @@ function adamw_step(param::AbstractArray{T}, grad::AbstractArray, m::AbstractArr
                     lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01) where {T<:AbstractFloat}
     t = _check_adamw(param, grad, m, v, step, (lr = lr, beta1 = beta1, beta2 = beta2, eps = eps,
                                                 weight_decay = weight_decay))
-    η, β1, β2, ϵ, λ = T(lr), T(beta1), T(beta2), T(eps), T(weight_decay)
+    # The scalars are formed in the keywords' own precision, then converted to T, as torch and Flux
+    # do: from the default beta2 = 0.999 (a Float64), 1 - beta2 is 1e-3 to Float32's precision,
+    # while 1 - Float32(0.999) is 1.3e-5 away from it relatively (1 - beta amplifies beta's rounding).
+    η, ϵ = T(lr), T(eps)
     g = T.(grad)
-    decayed = param .* (1 - η * λ)                  # decoupled weight decay, on the parameter
-    m_new = β1 .* T.(m) .+ (1 - β1) .* g            # first moment
-    v_new = β2 .* T.(v) .+ (1 - β2) .* g .^ 2       # second moment
-    correction1 = 1 - β1^t                          # bias corrections (t counts from 1)
-    correction2 = 1 - β2^t
+    decayed = param .* T(1 - lr * weight_decay)     # decoupled weight decay, on the parameter
+    m_new = T(beta1) .* T.(m) .+ T(1 - beta1) .* g  # first moment
+    v_new = T(beta2) .* T.(v) .+ T(1 - beta2) .* g .^ 2  # second moment
+    correction1 = T(1 - beta1^t)                    # bias corrections (t counts from 1)
+    correction2 = T(1 - beta2^t)
     m_hat = m_new ./ correction1
     v_hat = v_new ./ correction2
     return (param = decayed .- η .* m_hat ./ (sqrt.(v_hat) .+ ϵ), m = m_new, v = v_new)
