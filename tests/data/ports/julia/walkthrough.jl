@@ -243,3 +243,21 @@ end
 function rotary_embedding(x; positions = nothing, base = nothing)
     error("rotary_embedding is not written yet")
 end
+
+# adamw_step(param, grad, m, v, step; lr = nothing, beta1 = nothing, beta2 = nothing, eps = nothing, weight_decay = nothing)
+# m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad^2; param = param (1 - lr wd)
+# - lr (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps). Returns param, m, v; lr absent: 1e-3.
+#   param         c x r; elementwise: the parameter's own shape, a matrix or a vector
+#   grad          c x r; elementwise: the parameter's own shape, a matrix or a vector
+#   m             c x r; elementwise: the parameter's own shape, a matrix or a vector
+#   v             c x r; elementwise: the parameter's own shape, a matrix or a vector
+#   step          the step's number t >= 1, an integer (a count, not an index)
+#   lr            the learning rate, a number
+#   beta1         the first moment's decay, 0.9 when nothing
+#   beta2         the second moment's decay, 0.999 when nothing
+#   eps           a number >= 0: a norm adds it inside the square root (nothing: 1e-5), adamw_step to it (nothing: 1e-8)
+#   weight_decay  decoupled weight decay, 0.01 when nothing (0: plain Adam)
+# returns (param = <c x r>, m = <c x r>, v = <c x r>)
+function adamw_step(param, grad, m, v, step; lr = nothing, beta1 = nothing, beta2 = nothing, eps = nothing, weight_decay = nothing)
+    error("adamw_step is not written yet")
+end

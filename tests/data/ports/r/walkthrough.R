@@ -244,3 +244,21 @@ sinusoidal_positions <- function(n, d, base = NULL) {
 rotary_embedding <- function(x, positions = NULL, base = NULL) {
   stop("rotary_embedding is not written yet")
 }
+
+# adamw_step(param, grad, m, v, step, lr = NULL, beta1 = NULL, beta2 = NULL, eps = NULL, weight_decay = NULL)
+# m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad^2; param = param (1 - lr wd)
+# - lr (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps). Returns param, m, v; lr absent: 1e-3.
+#   param         r x c; elementwise: the parameter's own shape, a matrix or a vector
+#   grad          r x c; elementwise: the parameter's own shape, a matrix or a vector
+#   m             r x c; elementwise: the parameter's own shape, a matrix or a vector
+#   v             r x c; elementwise: the parameter's own shape, a matrix or a vector
+#   step          the step's number t >= 1, an integer (a count, not an index)
+#   lr            the learning rate, a number
+#   beta1         the first moment's decay, 0.9 when NULL
+#   beta2         the second moment's decay, 0.999 when NULL
+#   eps           a number >= 0: a norm adds it inside the square root (NULL: 1e-5), adamw_step to it (NULL: 1e-8)
+#   weight_decay  decoupled weight decay, 0.01 when NULL (0: plain Adam)
+# returns list(param = <r x c>, m = <r x c>, v = <r x c>)
+adamw_step <- function(param, grad, m, v, step, lr = NULL, beta1 = NULL, beta2 = NULL, eps = NULL, weight_decay = NULL) {
+  stop("adamw_step is not written yet")
+}
