@@ -32,6 +32,7 @@ from attention_ports.reference.classifier import (
 from attention_ports.reference.losses import lm_loss
 from attention_ports.reference.masks import as_additive_mask, causal_mask, key_padding_mask
 from attention_ports.reference.norms import layer_norm, rms_norm
+from attention_ports.reference.optim import AdamWStep, adamw_step
 from attention_ports.reference.positions import PAIRINGS, rotary_embedding, sinusoidal_positions
 from attention_ports.reference.transformer import decoder_block, feed_forward, gpt_forward
 
@@ -39,12 +40,14 @@ __version__ = "1.0.0"
 
 __all__ = [
     "PAIRINGS",
+    "AdamWStep",
     "AttentionResult",
     "ClassifierForward",
     "ClassifierStep",
     "ClassifierTraining",
     "MultiHeadResult",
     "SelfAttentionResult",
+    "adamw_step",
     "as_additive_mask",
     "causal_mask",
     "classifier_forward",

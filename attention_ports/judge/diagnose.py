@@ -47,6 +47,10 @@ The transformer (checked right after the axes too): gpt_forward's logits of the 
 (the expected last row, in whatever shape it came back), and, recomputed, a decoder block (or
 every block of gpt_forward) without the causal mask, and gelu's other form.
 
+The optimizer (``adamw_step``, checked right after them): Adam without bias correction, L2 decay
+added to the gradient instead of decoupled from it, and eps inside the square root, each
+recomputed from the case's inputs.
+
 Nothing here changes a verdict; an exception inside a check only drops that check's hint.
 """
 
@@ -991,6 +995,58 @@ def _check_transformer_mistakes(ctx: Context) -> str:
     return ""
 
 
+# ---------------------------------------------------------------- 11. the optimizer's known mistakes
+
+
+def _adamw_variant(inputs: Mapping[str, np.ndarray], options: Mapping[str, Any], mistake: str) -> dict[str, np.ndarray]:
+    """One AdamW step computed with ``mistake``: "no_bias_correction", "l2_decay" or "eps_inside"."""
+    from attention_ports.reference import optim
+
+    o = {k: options.get(k) for k in ("lr", "beta1", "beta2", "eps", "weight_decay")}
+    lr = optim.DEFAULT_LR if o["lr"] is None else float(o["lr"])
+    b1 = optim.DEFAULT_BETA1 if o["beta1"] is None else float(o["beta1"])
+    b2 = optim.DEFAULT_BETA2 if o["beta2"] is None else float(o["beta2"])
+    eps = optim.DEFAULT_EPS if o["eps"] is None else float(o["eps"])
+    wd = optim.DEFAULT_WEIGHT_DECAY if o["weight_decay"] is None else float(o["weight_decay"])
+    t = int(options["step"])
+    p, g, m, v = (np.asarray(inputs[k], dtype=np.float64) for k in ("param", "grad", "m", "v"))
+    decay = 1 - lr * wd
+    if mistake == "l2_decay":  # Adam with L2: the decay joins the gradient, the moments see it
+        g, decay = g + wd * p, 1.0
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    c1, c2 = (1.0, 1.0) if mistake == "no_bias_correction" else (1 - b1**t, 1 - b2**t)
+    v_hat = v / c2
+    denom = np.sqrt(v_hat + eps) if mistake == "eps_inside" else np.sqrt(v_hat) + eps
+    return {"param": p * decay - lr * (m / c1) / denom, "m": m, "v": v}
+
+
+ADAMW_MISTAKES = (
+    (
+        "no_bias_correction",
+        "Adam without bias correction: m and v are used as they are, not divided by 1 - beta1^t and 1 - beta2^t "
+        "(t is the step's number, counted from 1)",
+    ),
+    (
+        "l2_decay",
+        "L2 decay instead of decoupled weight decay: weight_decay * param is added to the gradient (so the moments "
+        "carry it) where AdamW multiplies the parameter by 1 - lr * weight_decay",
+    ),
+    ("eps_inside", "eps is added inside the square root: sqrt(v_hat + eps) instead of sqrt(v_hat) + eps"),
+)
+
+
+def _check_optimizer_mistakes(ctx: Context) -> str:
+    """adamw_step's known mistakes, each recomputed from the case's inputs (the module docstring)."""
+    if ops.get(ctx.case.op).family != "optimizer":
+        return ""
+    for mistake, line in ADAMW_MISTAKES:
+        key = f"adamw={mistake}"
+        if _fits_variant(ctx, key, lambda m=mistake: _adamw_variant(ctx.case.inputs, ctx.case.options, m)):
+            return line
+    return ""
+
+
 def _check_last_position_only(ctx: Context) -> str:
     """gpt_forward's logits of the last position only (generation's logits[-1]): the expected
     array's last row, whatever shape it came back in (1 x vocab, vocab x 1, a vector)."""
@@ -1013,6 +1069,7 @@ CHECKS: tuple[Callable[[Context], str], ...] = (
     _check_last_position_only,
     _check_transformer_mistakes,
     _check_layer_mistakes,
+    _check_optimizer_mistakes,
     _check_one_pass_variance,
     _check_masked_query,
     _check_pairing,

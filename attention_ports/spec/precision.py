@@ -52,6 +52,7 @@ TIER_OPS = (
     "decoder_block",
     "gpt_forward",
     "lm_loss",
+    "adamw_step",
 )
 # The operations of the tiers with a storage format (the mixed tiers and float16): the attention
 # kernel, whose rounding points (inputs, the weights before V, outputs) the rule states. A

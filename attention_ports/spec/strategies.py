@@ -466,7 +466,53 @@ def lm_loss_cases(draw: st.DrawFn) -> Drawn:
         targets[np.array(ignored)] = ignore
         inputs["ignore_index"] = np.array(ignore, dtype=np.int64)
     return Drawn("lm_loss", inputs)
+# ---------------------------------------------------------------- the optimizer
 
+ADAM_STEPS = (1, 2, 3, 10, 1000)  # the first step (largest correction), 1 - beta2^2's cancellation, a late one
+
+
+@st.composite
+def adamw_cases(draw: st.DrawFn) -> Drawn:
+    """One AdamW step: a matrix or a vector; a fresh state or moments from earlier steps (v >= 0);
+    gradients at one scale or spread over 2^-30 .. 2^6 (where eps dominates some entries); each
+    option absent (torch's default) or drawn, weight_decay 0 (plain Adam) among them."""
+    # A vector has length >= 2: R has no length-1 vector apart from a number, and its adapter reads
+    # one back as a number (0-D), which the judge calls a shape mismatch.
+    shape = (draw(st.integers(2, MAX_SIZE)),) if draw(st.booleans()) else tuple(_sizes(draw, 2))
+    p = draw(values(shape))
+    g = draw(values(shape))
+    if draw(st.booleans()):  # gradients across magnitudes: 2^k, k in -30 .. 6 per entry (exact)
+        g = g * 2.0 ** np.array(draw(st.lists(st.integers(-30, 6), min_size=g.size, max_size=g.size))).reshape(shape)
+    if draw(st.booleans()):
+        m, v = np.zeros(shape), np.zeros(shape)
+    else:
+        m = draw(values(shape)) * 2.0**-2
+        v = np.abs(draw(values(shape))) * np.abs(g) ** 2 + draw(values(shape)) ** 2 * 2.0**-4
+    options: dict[str, Any] = {"step": draw(st.sampled_from(ADAM_STEPS))}
+    for name, choices in (
+        ("lr", (1e-3, 0.01, 0.1)),
+        ("beta1", (0.0, 0.5, 0.9, 0.95)),
+        ("beta2", (0.9, 0.99, 0.999)),
+        ("eps", (1e-8, 1e-6, 1e-12)),
+        ("weight_decay", (0.0, 0.01, 0.5)),
+    ):
+        if draw(st.booleans()):
+            options[name] = draw(st.sampled_from(choices))
+    return Drawn("adamw_step", {"param": p, "grad": g, "m": m, "v": v}, options)
+
+
+
+@st.composite
+def gpt_grads_cases(draw: st.DrawFn) -> Drawn:
+    """gpt_forward's draws with next-token targets: a repeated target, and a target that equals
+    ignore_index (given, or absent) where the draw makes one."""
+    forward = draw(gpt_forward_cases())
+    vocab, n = forward.inputs["params.wte"].shape[0], len(forward.inputs["tokens"])
+    targets = np.array(draw(st.lists(st.integers(0, vocab - 1), min_size=n, max_size=n)), dtype=np.int64)
+    inputs = {**forward.inputs, "targets": targets}
+    if draw(st.booleans()):
+        inputs["ignore_index"] = np.array(draw(st.integers(-1, vocab - 1)), dtype=np.int64)
+    return Drawn("gpt_grads", inputs, forward.options)
 
 STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "softmax": softmax_cases,
@@ -485,6 +531,8 @@ STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "decoder_block": decoder_block_cases,
     "gpt_forward": gpt_forward_cases,
     "lm_loss": lm_loss_cases,
+    "adamw_step": adamw_cases,
+    "gpt_grads": gpt_grads_cases,
 }
 assert set(STRATEGIES) == set(ops.OPS), "every contract operation needs a strategy"
 

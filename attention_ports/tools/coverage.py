@@ -26,6 +26,7 @@ import numpy as np
 import tomllib
 
 import attention_ports.reference as reference
+from attention_ports.reference import optim as reference_optim
 from attention_ports.reference.norms import DEFAULT_EPS
 from attention_ports.spec import ops
 from attention_ports.spec.catalogue import CaseSpec, CatalogueError, build_inputs, load_catalogue
@@ -468,6 +469,48 @@ LOSS_FEATURES: tuple[Feature, ...] = (
 )
 LOSS_FEATURES = tuple(dataclasses.replace(f, families=("loss",)) for f in LOSS_FEATURES)
 FEATURES = FEATURES + LOSS_FEATURES
+
+
+# The optimizer (reference/optim.py, ops family "optimizer"): adamw_step's options and regimes,
+# read from the case's own inputs and options (the defaults are torch.optim.AdamW's).
+def _opt(f: Facts, name: str) -> float:
+    value = f.options.get(name)
+    return float(getattr(reference_optim, f"DEFAULT_{name.upper()}") if value is None else value)
+
+
+def _adam_root(f: Facts) -> np.ndarray:
+    """sqrt(v_hat) per element, the denominator's part that eps is added to."""
+    b2, t = _opt(f, "beta2"), int(f.options["step"])
+    v = b2 * f.inputs["v"] + (1 - b2) * f.inputs["grad"] ** 2
+    return np.sqrt(v / (1 - b2**t))
+
+
+def _grad_range(f: Facts) -> float:
+    g = np.abs(f.inputs["grad"])
+    g = g[g > 0]
+    return float(g.max() / g.min()) if g.size else 1.0
+
+
+OPTIMIZER_FEATURES: tuple[Feature, ...] = tuple(
+    Feature(f"opt.{key}", "optimizer", label, test, ("optimizer",))
+    for key, label, test in (
+        ("first_step", "step 1 (the largest bias correction)", lambda f: int(f.options["step"]) == 1),
+        ("late_step", "step >= 1000", lambda f: int(f.options["step"]) >= 1000),
+        ("plain_adam", "weight_decay = 0 (plain Adam)", lambda f: _opt(f, "weight_decay") == 0),
+        ("decay_default", "weight_decay absent (0.01)", lambda f: f.options.get("weight_decay") is None),
+        ("large_decay", "weight_decay >= 0.1", lambda f: _opt(f, "weight_decay") >= 0.1),
+        ("lr_given", "lr given", lambda f: f.options.get("lr") is not None),
+        ("betas_given", "beta1 or beta2 given", lambda f: f.options.get("beta1", f.options.get("beta2")) is not None),
+        ("eps_given", "eps given", lambda f: f.options.get("eps") is not None),
+        ("eps_dominant", "sqrt(v_hat) < eps somewhere", lambda f: bool((_adam_root(f) < _opt(f, "eps")).any())),
+        ("zero_state", "m = v = 0 (a fresh state)", lambda f: not (f.inputs["m"].any() or f.inputs["v"].any())),
+        ("earlier_state", "v > 0 somewhere (moments from earlier steps)", lambda f: bool((f.inputs["v"] > 0).any())),
+        ("grad_range", "gradients spanning 1e8 (max / min non-zero)", lambda f: _grad_range(f) >= 1e8),
+        ("zero_grad", "a zero gradient entry", lambda f: bool((f.inputs["grad"] == 0).any())),
+        ("vector", "a vector parameter (1-D)", lambda f: f.inputs["param"].ndim == 1),
+    )
+)
+FEATURES = FEATURES + OPTIMIZER_FEATURES
 FEATURE_KEYS = {feat.key for feat in FEATURES}
 GROUPS = {feat.group for feat in FEATURES}
 
@@ -570,7 +613,7 @@ def facts_from(op: str, options: Mapping[str, Any], inputs: dict[str, np.ndarray
         f.sizes = {"h": int(options["num_heads"]), "n_ctx": wpe.shape[0], "n_layer": inputs["params.w_q"].shape[0]}
     elif op == "classifier_train":
         pass  # its regimes are classifier_step's, per sentence: marked not applicable in the catalogue
-    elif ops.get(op).family == "activation":
+    elif ops.get(op).family in ("activation", "optimizer"):
         pass  # elementwise: its features read the inputs and options themselves
     elif ops.get(op).family == "loss":
         pass  # its features read the logits, targets and ignore_index themselves
@@ -721,6 +764,7 @@ SHORT = {
     "decoder_block": "block",
     "gpt_forward": "GPT",
     "lm_loss": "LM loss",
+    "adamw_step": "AdamW",
 }
 
 

@@ -155,6 +155,14 @@ OPTIONS: dict[str, tuple[str, dict[str, str] | None]] = {
 }
 
 _ABSENT = {"r": "NULL", "julia": "nothing"}
+# An optimizer updates a parameter elementwise, it does not apply it (a weight's role note would say
+# "applied as x %*% W"): its arrays are the parameter as the model stores it.
+_FAMILY_NOTES = {
+    "optimizer": {
+        "r": "elementwise: the parameter's own shape, a matrix or a vector",
+        "julia": "elementwise: the parameter's own shape, a matrix or a vector",
+    }
+}
 _ROLE_NOTES = {
     Role.TOKENS: {"r": "one token per row", "julia": "one token per column"},
     Role.WEIGHT: {"r": "applied as x %*% W", "julia": "applied as W * x"},
@@ -236,7 +244,7 @@ NOTES: dict[str, str] = {
     ),
     "adamw_step": (
         "m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad^2; param = param (1 - lr wd)\n"
-        "- lr (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps). Returns param, m, v."
+        "- lr (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps). Returns param, m, v; lr absent: 1e-3."
     ),
 }
 
@@ -258,7 +266,7 @@ def shape(op: str, name: str, lang: str) -> str:
         text = f"vector, length {dims[0]}"
     else:
         text = " x ".join(dims)
-    note = _ROLE_NOTES.get(role, {}).get(lang)
+    note = _FAMILY_NOTES.get(spec.family, _ROLE_NOTES.get(role, {})).get(lang)
     return f"{text}; {note}" if note else text
 
 

@@ -559,3 +559,47 @@ def test_gpt_logits_of_the_last_position_only_are_named_in_the_ports_terms() -> 
     julia_line = diagnose.explain(c, "logits", last[None, :], julia("logits", Role.TOKENS))
     assert "one column of next-token logits for every position" in julia_line
     assert "last position" not in diagnose.explain(c, "logits", expected(c, "logits")[0][None, :])
+# ---------------------------------------------------------------- the optimizer
+
+
+def _adamw(c: Case, *, bias_correction: bool = True, l2: bool = False, eps_inside: bool = False, **changed):
+    """adamw_step written out with a port's mistakes (independently of diagnose's recomputation);
+    ``changed``: options other than the case's."""
+    o = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01}
+    o.update({k: v for k, v in c.options.items() if k in o and v is not None})
+    o.update(changed)
+    t = c.options["step"]
+    p, g, m, v = (c.inputs[k] for k in ("param", "grad", "m", "v"))
+    if l2:
+        g = g + o["weight_decay"] * p
+    m = o["beta1"] * m + (1 - o["beta1"]) * g
+    v = o["beta2"] * v + (1 - o["beta2"]) * g**2
+    m_hat = m / (1 - o["beta1"] ** t) if bias_correction else m
+    v_hat = v / (1 - o["beta2"] ** t) if bias_correction else v
+    den = np.sqrt(v_hat + o["eps"]) if eps_inside else np.sqrt(v_hat) + o["eps"]
+    decay = 1.0 if l2 else 1 - o["lr"] * o["weight_decay"]
+    return {"param": p * decay - o["lr"] * m_hat / den, "m": m, "v": v}
+
+
+@pytest.mark.parametrize(
+    ("cid", "mistake", "outputs", "line"),
+    [
+        ("adamw_plain_adam_t10", {"bias_correction": False}, ("param",), "Adam without bias correction"),
+        ("adamw_large_decay_betas_t3", {"l2": True}, ("param", "m", "v"), "L2 decay instead of decoupled"),
+        ("adamw_first_step_3x4", {"l2": True}, ("param", "m", "v"), "L2 decay instead of decoupled"),
+        ("adamw_eps_dominates_zero_state", {"eps_inside": True}, ("param",), "eps is added inside the square root"),
+    ],
+)
+def test_an_adamw_mistake_is_named_on_every_output_it_moves(cid: str, mistake: dict, outputs: tuple, line: str) -> None:
+    c = case(cid)
+    got = _adamw(c, **mistake)
+    for output in outputs:
+        assert line in diagnose.explain(c, output, got[output]), output
+
+
+def test_a_correct_adamw_step_and_an_unknown_adamw_mistake_get_no_adamw_line() -> None:
+    c = case("adamw_large_decay_betas_t3")
+    assert diagnose.explain(c, "param", _adamw(c)["param"]) == ""  # right: no diagnosis
+    swapped = _adamw(c, beta1=c.options["beta2"], beta2=c.options["beta1"])
+    named = diagnose.explain(c, "param", swapped["param"])
+    assert not any(line in named for _, line in diagnose.ADAMW_MISTAKES), named
