@@ -347,6 +347,8 @@ def _op_gpt_forward(self, inputs, options):
 TorchImplementation._op_feed_forward = _op_feed_forward
 TorchImplementation._op_decoder_block = _op_decoder_block
 TorchImplementation._op_gpt_forward = _op_gpt_forward
+
+
 # The next-token loss: torch's own cross_entropy (log_softmax, then the targets' entries, then the
 # mean over the positions not ignored). Absent, ignore_index matches no target: every position counts.
 def _op_lm_loss(self, inputs, options):
@@ -358,6 +360,8 @@ def _op_lm_loss(self, inputs, options):
 
 
 TorchImplementation._op_lm_loss = _op_lm_loss
+
+
 def _op_adamw_step(self, inputs, options):
     """torch.optim.AdamW itself (single-tensor path): the moments and the step count set as its state
     before the step (``state["step"]`` counts the steps taken, t - 1; step() increments it first)."""

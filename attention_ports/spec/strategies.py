@@ -435,6 +435,8 @@ def gpt_forward_cases(draw: st.DrawFn) -> Drawn:
         "params.w_head": draw(values((d, vocab))),
     }
     return Drawn("gpt_forward", inputs, _options(draw, heads))
+
+
 # ---------------------------------------------------------------- losses
 
 LM_VOCAB = 12  # the catalogue's vocabulary size
@@ -466,6 +468,8 @@ def lm_loss_cases(draw: st.DrawFn) -> Drawn:
         targets[np.array(ignored)] = ignore
         inputs["ignore_index"] = np.array(ignore, dtype=np.int64)
     return Drawn("lm_loss", inputs)
+
+
 # ---------------------------------------------------------------- the optimizer
 
 ADAM_STEPS = (1, 2, 3, 10, 1000)  # the first step (largest correction), 1 - beta2^2's cancellation, a late one
@@ -501,7 +505,6 @@ def adamw_cases(draw: st.DrawFn) -> Drawn:
     return Drawn("adamw_step", {"param": p, "grad": g, "m": m, "v": v}, options)
 
 
-
 @st.composite
 def gpt_grads_cases(draw: st.DrawFn) -> Drawn:
     """gpt_forward's draws with next-token targets: a repeated target, and a target that equals
@@ -513,6 +516,7 @@ def gpt_grads_cases(draw: st.DrawFn) -> Drawn:
     if draw(st.booleans()):
         inputs["ignore_index"] = np.array(draw(st.integers(-1, vocab - 1)), dtype=np.int64)
     return Drawn("gpt_grads", inputs, forward.options)
+
 
 STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "softmax": softmax_cases,

@@ -43,7 +43,8 @@ from flint import arb, arb_mat, ctx
 from attention_ports.truth import activations, bounds, exact, losses, norms, optim, positions, rounding, transformer
 from attention_ports.truth.exact import BOUND_PREC, InputError, Out
 
-FAMILIES = (activations, losses, norms, optim, positions, transformer)  # the family modules imported for their registrations
+# the family modules, imported for their registrations
+FAMILIES = (activations, losses, norms, optim, positions, transformer)
 LIBRARY = "python-flint"
 METHOD = "arb ball arithmetic, certified round-to-nearest"
 MAX_PREC = 1 << 16

@@ -559,6 +559,8 @@ def test_gpt_logits_of_the_last_position_only_are_named_in_the_ports_terms() -> 
     julia_line = diagnose.explain(c, "logits", last[None, :], julia("logits", Role.TOKENS))
     assert "one column of next-token logits for every position" in julia_line
     assert "last position" not in diagnose.explain(c, "logits", expected(c, "logits")[0][None, :])
+
+
 # ---------------------------------------------------------------- the optimizer
 
 
