@@ -90,8 +90,18 @@ ROUNDING_RELATIVE = math.sqrt(np.finfo(np.float64).eps)
 # (worst element, in units of the bound) than the expected result is: it removes 90% of the error.
 SEPARATION = 10.0
 MASKED_OPS = ("scaled_dot_product_attention", "self_attention", "multi_head_attention")
-# Which axis of an output indexes the queries, by layout role (reference layout).
-_QUERY_AXIS = {Role.TOKENS: 0, Role.SCORES: 0, Role.ROWS: 0, Role.HEAD_SCORES: 1}
+# Which axis of an output indexes the queries, by layout role (reference layout). A language
+# model's logits and token table have no queries, but their rows shift the same way (an index
+# slip): _check_row_shift names those rows by their own axis (position, token id).
+_QUERY_AXIS = {
+    Role.TOKENS: 0,
+    Role.SCORES: 0,
+    Role.ROWS: 0,
+    Role.HEAD_SCORES: 1,
+    Role.LOGITS: 0,
+    Role.TOKEN_TABLE: 0,
+}
+_NOT_QUERIES = (Role.LOGITS, Role.TOKEN_TABLE)
 
 
 @dataclass(frozen=True)
@@ -780,6 +790,7 @@ def _check_row_shift(ctx: Context) -> str:
         return ""  # neighbouring queries agree anyway: a shift proves nothing
     word = ctx.port_axis_word(axis)
     base = 1 if ctx.view is not None else 0
+    unit = ops.AXIS_NAMES[ctx.role][axis] if ctx.role in _NOT_QUERIES else "query"
     for late in (True, False):
         lo_a, hi_a, lo_e, hi_e = (0, n - 1, 1, n) if late else (1, n, 0, n - 1)
         candidate, cand_bound, actual = rows(e, lo_e, hi_e), rows(b, lo_e, hi_e), rows(a, lo_a, hi_a)
@@ -787,7 +798,7 @@ def _check_row_shift(ctx: Context) -> str:
             candidate, actual, rows(e, lo_a, hi_a), rows(b, lo_a, hi_a)
         ):
             return (
-                f"off by one query: {word} i of {ctx.name()} holds what {word} i{'+' if late else '-'}1 should "
+                f"off by one {unit}: {word} i of {ctx.name()} holds what {word} i{'+' if late else '-'}1 should "
                 f"({word}s {base + (0 if late else 1)}..{base + n - (2 if late else 1)}): an index shifted by one "
                 f"(a 0-based loop ported to 1-based, or the reverse)"
             )

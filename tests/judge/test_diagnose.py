@@ -556,6 +556,6 @@ def test_gpt_logits_of_the_last_position_only_are_named_in_the_ports_terms() -> 
         line = diagnose.explain(c, "logits", last.reshape(shape))
         assert line.startswith("logits holds the last position's logits only (12 values)"), line
         assert "one row of next-token logits for every position, 5 here" in line
-    julia_line = diagnose.explain(c, "logits", last[None, :], julia("logits", Role.TOKENS))
+    julia_line = diagnose.explain(c, "logits", last[None, :], julia("logits", Role.LOGITS))
     assert "one column of next-token logits for every position" in julia_line
     assert "last position" not in diagnose.explain(c, "logits", expected(c, "logits")[0][None, :])
