@@ -24,6 +24,7 @@ from attention_ports.fixtures import store as fixtures
 from attention_ports.fixtures.store import REPO_FIXTURES
 from attention_ports.runtimes import registry
 from attention_ports.runtimes.impl import ImplementationUnavailable
+from attention_ports.spec import ops, precision
 from attention_ports.spec.catalogue import load_catalogue
 from attention_ports.spec.precision import fixtures_dir
 from attention_ports.tools import mutation
@@ -397,3 +398,14 @@ def test_the_walkthrough_ports_are_the_skeletons_with_two_operations(tmp_path: P
             assert f"{op} is not written yet" in port, (lang, op)
         for op in ("softmax", "scaled_dot_product_attention"):
             assert f"{op} is not written yet" not in port, (lang, op)
+
+
+def test_the_contract_names_the_operations_each_precision_tier_covers() -> None:
+    """ports/CONTRACT.md says which operations the tiers cover; spec/precision.py decides it."""
+    text = " ".join((REPO / "ports" / "CONTRACT.md").read_text().split())
+    but = re.search(r"The float32 tier covers every operation but (.+?), for now;", text)
+    assert but, "ports/CONTRACT.md no longer says which operations the float32 tier covers"
+    assert set(re.split(r", | and ", but.group(1))) == set(ops.OPS) - set(precision.TIER_OPS)
+    kernel = re.search(r"the mixed and float16 tiers cover the attention kernel, (.+?) \(", text)
+    assert kernel, "ports/CONTRACT.md no longer says which operations the storage tiers cover"
+    assert set(re.split(r", | and ", kernel.group(1))) == set(precision.STORAGE_TIER_OPS)

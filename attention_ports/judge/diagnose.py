@@ -45,7 +45,11 @@ variance) err by float32-sized amounts.
 
 The transformer (checked right after the axes too): gpt_forward's logits of the last position only
 (the expected last row, in whatever shape it came back), and, recomputed, a decoder block (or
-every block of gpt_forward) without the causal mask, and gelu's other form.
+every block of gpt_forward) without the causal mask, gelu's other form, a square weight (w_q, w_k,
+w_v, w_o, or all four) applied transposed; and, in gelu, feed_forward and the blocks, a tanh gelu
+whose sqrt(2/pi) is cut short (0.79788456, ...). That one is tried even on a rounding-sized
+difference, since its effect is (the constant's own relative error, 1e-9 for eight digits): named,
+as every recomputed mistake, only when it fits the port's numbers and separates from the truth.
 
 The optimizer (``adamw_step``, checked right after them): Adam without bias correction, L2 decay
 added to the gradient instead of decoupled from it, and eps inside the square root, each
@@ -94,8 +98,18 @@ ROUNDING_RELATIVE = math.sqrt(np.finfo(np.float64).eps)
 # (worst element, in units of the bound) than the expected result is: it removes 90% of the error.
 SEPARATION = 10.0
 MASKED_OPS = ("scaled_dot_product_attention", "self_attention", "multi_head_attention")
-# Which axis of an output indexes the queries, by layout role (reference layout).
-_QUERY_AXIS = {Role.TOKENS: 0, Role.SCORES: 0, Role.ROWS: 0, Role.HEAD_SCORES: 1}
+# Which axis of an output indexes the queries, by layout role (reference layout). A language
+# model's logits and token table have no queries, but their rows shift the same way (an index
+# slip): _check_row_shift names those rows by their own axis (position, token id).
+_QUERY_AXIS = {
+    Role.TOKENS: 0,
+    Role.SCORES: 0,
+    Role.ROWS: 0,
+    Role.HEAD_SCORES: 1,
+    Role.LOGITS: 0,
+    Role.TOKEN_TABLE: 0,
+}
+_NOT_QUERIES = (Role.LOGITS, Role.TOKEN_TABLE)
 
 
 @dataclass(frozen=True)
@@ -161,13 +175,20 @@ def explain(
         role,
     )
     if _rounding_sized(ctx):
-        return ""  # rounding within a correct formulation explains it: no mistake is named
+        # rounding within a correct formulation explains it: no mistake is named, except a
+        # constant cut short, whose effect is rounding-sized itself (recomputed, fitted, separated)
+        return _first_line(ctx, (_check_truncated_gelu_constant,))
     if _float32_sized(ctx.expected, ctx.actual, ctx.bound):
         # a lower precision explains it: no logic bug is named, except the layers' mistakes whose
         # effect is float32-sized (eps outside the square root with a small eps, a one-pass
         # variance, gelu's other form inside a block, whose ~1e-3 the norms and projections
-        # shrink), recomputed and named when they fit
-        checks = (_check_layer_mistakes, _check_one_pass_variance, _check_transformer_mistakes)
+        # shrink; a tanh gelu's sqrt(2/pi) cut to six digits), recomputed and named when they fit
+        checks = (
+            _check_layer_mistakes,
+            _check_one_pass_variance,
+            _check_transformer_mistakes,
+            _check_truncated_gelu_constant,
+        )
         return _first_line(ctx, checks) or _precision_diagnosis(ctx.language)
     return _first_line(ctx, CHECKS)
 
@@ -784,6 +805,7 @@ def _check_row_shift(ctx: Context) -> str:
         return ""  # neighbouring queries agree anyway: a shift proves nothing
     word = ctx.port_axis_word(axis)
     base = 1 if ctx.view is not None else 0
+    unit = ops.AXIS_NAMES[ctx.role][axis] if ctx.role in _NOT_QUERIES else "query"
     for late in (True, False):
         lo_a, hi_a, lo_e, hi_e = (0, n - 1, 1, n) if late else (1, n, 0, n - 1)
         candidate, cand_bound, actual = rows(e, lo_e, hi_e), rows(b, lo_e, hi_e), rows(a, lo_a, hi_a)
@@ -791,7 +813,7 @@ def _check_row_shift(ctx: Context) -> str:
             candidate, actual, rows(e, lo_a, hi_a), rows(b, lo_a, hi_a)
         ):
             return (
-                f"off by one query: {word} i of {ctx.name()} holds what {word} i{'+' if late else '-'}1 should "
+                f"off by one {unit}: {word} i of {ctx.name()} holds what {word} i{'+' if late else '-'}1 should "
                 f"({word}s {base + (0 if late else 1)}..{base + n - (2 if late else 1)}): an index shifted by one "
                 f"(a 0-based loop ported to 1-based, or the reverse)"
             )
@@ -935,45 +957,91 @@ def _check_one_pass_variance(ctx: Context) -> str:
 # ---------------------------------------------------------------- 10. the transformer's known mistakes
 
 
-def _unmasked_block(x: np.ndarray, p: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> np.ndarray:
-    """GPT-2's block with the causal mask left out (every query attends to every key), from the
-    reference's own pieces."""
+def _tanh_gelu(constant: float) -> Callable[[np.ndarray], np.ndarray]:
+    """gelu's tanh approximation with ``constant`` in place of sqrt(2/pi)."""
+    from attention_ports.reference.activations import TANH_CUBIC
+
+    return lambda z: 0.5 * z * (1.0 + np.tanh(constant * (z + TANH_CUBIC * z**3)))
+
+
+def _variant_block(
+    x: np.ndarray,
+    p: Mapping[str, np.ndarray],
+    options: Mapping[str, Any],
+    causal: bool,
+    act: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """GPT-2's block from the reference's own pieces, with the causal mask left out (every query
+    attends to every key) when ``causal`` is False, and ``act`` as the feed-forward's activation."""
     import attention_ports.reference as reference
 
-    eps, form = options.get("eps"), options.get("approximate")
+    eps = options.get("eps")
+    n = x.shape[0]
+    mask = np.where(np.tri(n, dtype=bool), 0.0, -np.inf) if causal else None
     a = reference.layer_norm(x, p["ln1_w"], p["ln1_b"], eps=eps)
     attn = reference.multi_head_attention(
         a, a, a, p["w_q"], p["w_k"], p["w_v"], p["w_o"], int(options["num_heads"]),
-        b_q=p["b_q"], b_k=p["b_k"], b_v=p["b_v"], b_o=p["b_o"],
+        b_q=p["b_q"], b_k=p["b_k"], b_v=p["b_v"], b_o=p["b_o"], mask=mask,
     ).output  # fmt: skip
     h = x + attn
     f = reference.layer_norm(h, p["ln2_w"], p["ln2_b"], eps=eps)
-    return h + reference.feed_forward(f, p["w_1"], p["b_1"], p["w_2"], p["b_2"], approximate=form)
+    return h + act(f @ p["w_1"] + p["b_1"]) @ p["w_2"] + p["b_2"]
 
 
-def _unmasked(op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> np.ndarray:
-    """decoder_block's y or gpt_forward's logits, computed without the causal mask."""
+def _variant(
+    op: str,
+    inputs: Mapping[str, np.ndarray],
+    options: Mapping[str, Any],
+    causal: bool = True,
+    act: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> np.ndarray:
+    """feed_forward's or decoder_block's y, or gpt_forward's logits, recomputed with a mistake: no
+    causal mask (``causal`` False), or ``act`` as gelu (default: the reference's, as the case asks)."""
     import attention_ports.reference as reference
 
-    p = {k.split(".", 1)[1]: np.asarray(a) for k, a in inputs.items() if k.startswith("params.")}
+    if act is None:
+        act = lambda z: reference.gelu(z, approximate=options.get("approximate"))  # noqa: E731
+    if op == "feed_forward":
+        x = np.asarray(inputs["x"], dtype=np.float64)
+        w_1, b_1, w_2, b_2 = (np.asarray(inputs[n], dtype=np.float64) for n in ops.FFN_PARAMS)
+        return act(x @ w_1 + b_1) @ w_2 + b_2
+    p = {k.split(".", 1)[1]: np.asarray(a, dtype=np.float64) for k, a in inputs.items() if k.startswith("params.")}
     if op == "decoder_block":
-        return _unmasked_block(np.asarray(inputs["x"], dtype=np.float64), p, options)
+        return _variant_block(np.asarray(inputs["x"], dtype=np.float64), p, options, causal, act)
     tokens = np.asarray(inputs["tokens"]).astype(np.int64)
     x = p["wte"][tokens] + p["wpe"][: len(tokens)]
     for b in range(p["ln1_w"].shape[0]):
-        x = _unmasked_block(x, {m: p[m][b] for m in ops.BLOCK_PARAMS}, options)
+        x = _variant_block(x, {m: p[m][b] for m in ops.BLOCK_PARAMS}, options, causal, act)
     return reference.layer_norm(x, p["lnf_w"], p["lnf_b"], eps=options.get("eps")) @ p["w_head"]
 
 
-def _transformer_variants(op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]):
-    """(key, what the port did, its output) for the transformer's known mistakes of ``op``."""
+# The square weights of a block a port may apply transposed without a shape error (w_1 and w_2
+# too when d_ff = d): x W^T where x W is meant, e.g. torch's (out x in) storage taken as it is.
+_ATTENTION_WEIGHTS = ("w_q", "w_k", "w_v", "w_o")
+_WEIGHT_LAYOUT = {
+    "R": "R's weights are d_in x d_out, applied as x %*% W",
+    "Julia": "Julia's weights are d_out x d_in, applied as W * x",
+}
+
+
+def _transposed(inputs: Mapping[str, np.ndarray], names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The inputs with the block weights ``names`` transposed (each block's, for gpt_forward's stacks)."""
+    out = dict(inputs)
+    for n in names:
+        out[f"params.{n}"] = np.swapaxes(np.asarray(inputs[f"params.{n}"]), -1, -2)
+    return out
+
+
+def _transformer_variants(ctx: Context):
+    """(key, what the port did, its output) for the transformer's known mistakes of the case's op."""
+    op, inputs, options = ctx.case.op, ctx.case.inputs, ctx.case.options
     n = len(inputs["tokens"]) if op == "gpt_forward" else np.shape(inputs["x"])[0]
     if op != "feed_forward" and n > 1:
         yield (
             "tf=no_causal_mask",
             "the attention is not causal: each query attends to every key, later ones included; a decoder's "
             "query i may see keys 1..i only (mask the scores of keys j > i with -Inf before the softmax)",
-            lambda: _unmasked(op, inputs, options),
+            lambda: _variant(op, inputs, options, causal=False),
         )
     form = options.get("approximate") or "none"
     other = "tanh" if form == "none" else "none"
@@ -983,13 +1051,35 @@ def _transformer_variants(op: str, inputs: Mapping[str, np.ndarray], options: Ma
         f'gelu computes {want[other]} where approximate = "{form}" asks for {want[form]}',
         lambda: _reference(op, inputs, {**options, "approximate": other})[ops.get(op).outputs[0]],
     )
+    if op == "feed_forward":
+        return
+    square = [w for w in (*_ATTENTION_WEIGHTS, "w_1", "w_2") if _is_square(inputs[f"params.{w}"])]
+    groups = [(w,) for w in square] + [_ATTENTION_WEIGHTS]
+    sep = "$" if ctx.language == "R" else "."
+    layout = _WEIGHT_LAYOUT.get(ctx.language, "the reference's weights are d_in x d_out, applied as x @ W")
+    where = " (in every block)" if op == "gpt_forward" else ""
+    for names in groups:
+        *rest, last = [f"params{sep}{w}" for w in names]
+        which = f"{', '.join(rest)} and {last}" if rest else last
+        yield (
+            f"tf=transposed_{'_'.join(names)}",
+            f"{which} {'is' if len(names) == 1 else 'are'} applied transposed{where}: a square weight, so no "
+            f"shape error shows it (torch's nn.Linear stores out x in); {layout}",
+            lambda names=names: _reference(op, _transposed(inputs, names), options)[ops.get(op).outputs[0]],
+        )
+
+
+def _is_square(weight: np.ndarray) -> bool:
+    shape = np.shape(weight)
+    return len(shape) >= 2 and shape[-1] == shape[-2]
 
 
 def _check_transformer_mistakes(ctx: Context) -> str:
-    """The transformer's known mistakes, each recomputed: a missing causal mask, the other gelu."""
+    """The transformer's known mistakes, each recomputed: a missing causal mask, the other gelu, a
+    square weight applied transposed."""
     if ops.get(ctx.case.op).family != "transformer":
         return ""
-    for key, line, run in _transformer_variants(ctx.case.op, ctx.case.inputs, ctx.case.options):
+    for key, line, run in _transformer_variants(ctx):
         if _fits_variant(ctx, key, lambda run=run: {ctx.output: run()}):
             return line
     return ""
@@ -1047,6 +1137,36 @@ def _check_optimizer_mistakes(ctx: Context) -> str:
     return ""
 
 
+# sqrt(2/pi) cut short, as ports copy it: Megatron-LM's and many CUDA kernels' 0.79788456, ten
+# digits, and the rounded short forms. (written as it is found, how many significant digits)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+TRUNCATED_SQRT_2_OVER_PI = (("0.79788456", 8), ("0.7978845608", 10), ("0.7978846", 7), ("0.797885", 6))
+_GELU_OPS = ("gelu", "feed_forward", "decoder_block", "gpt_forward")
+
+
+def _check_truncated_gelu_constant(ctx: Context) -> str:
+    """The tanh gelu's sqrt(2/pi) written with too few digits, recomputed with each known short form.
+
+    Its effect is about the constant's own relative error (1e-9 for eight digits), below the
+    rounding-sized threshold sqrt(u): this is the one check ``explain`` tries on a rounding-sized
+    difference, and it names the constant only when the recomputation fits and separates as any
+    other (a correct port's rounding is nowhere near a 1e-9 change of the constant)."""
+    if ctx.case.op not in _GELU_OPS or (ctx.case.options.get("approximate") or "none") != "tanh":
+        return ""
+    for text, digits in TRUNCATED_SQRT_2_OVER_PI:
+        act = _tanh_gelu(float(text))
+        if ctx.case.op == "gelu":
+            run = lambda act=act: {ctx.output: act(np.asarray(ctx.case.inputs["x"], dtype=np.float64))}  # noqa: E731
+        else:
+            run = lambda act=act: {ctx.output: _variant(ctx.case.op, ctx.case.inputs, ctx.case.options, act=act)}  # noqa: E731
+        if _fits_variant(ctx, f"gelu_constant={text}", run):
+            return (
+                f"your tanh gelu uses sqrt(2/pi) truncated to {text} ({digits} significant digits); the contract's "
+                f"constant is sqrt(2/pi) to double precision ({SQRT_2_OVER_PI!r}: write sqrt(2 / pi))"
+            )
+    return ""
+
+
 def _check_last_position_only(ctx: Context) -> str:
     """gpt_forward's logits of the last position only (generation's logits[-1]): the expected
     array's last row, whatever shape it came back in (1 x vocab, vocab x 1, a vector)."""
@@ -1068,6 +1188,7 @@ CHECKS: tuple[Callable[[Context], str], ...] = (
     _check_axes,
     _check_last_position_only,
     _check_transformer_mistakes,
+    _check_truncated_gelu_constant,
     _check_layer_mistakes,
     _check_optimizer_mistakes,
     _check_one_pass_variance,

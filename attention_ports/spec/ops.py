@@ -26,6 +26,10 @@ class Role(Enum):
     # A stack of per-block parameters (gpt_forward): the block axis first here, last in Julia.
     BLOCK_WEIGHT = "block_weight"  # (n_layer, d_in, d_out) <-> (d_out, d_in, n_layer): reverse the axes
     BLOCK_VECTOR = "block_vector"  # (n_layer, d)           <-> (d, n_layer): transpose
+    # The language model's own matrices, transposed like TOKENS but named for what they index (a
+    # message says "vocabulary entry x position", not "feature x token", for Julia's logits).
+    LOGITS = "logits"  # (n, vocab) <-> (vocab, n): one row of next-token logits per position
+    TOKEN_TABLE = "token_table"  # (vocab, d) <-> (d, vocab): row t is token id t's embedding
 
 
 # What each axis of an array of a role indexes, in the reference layout; a language with another
@@ -41,6 +45,8 @@ AXIS_NAMES: dict[Role, tuple[str, ...]] = {
     Role.INDEX: ("entry",),
     Role.BLOCK_WEIGHT: ("block", "input feature", "output feature"),
     Role.BLOCK_VECTOR: ("block", "entry"),
+    Role.LOGITS: ("position", "vocabulary entry"),
+    Role.TOKEN_TABLE: ("token id", "feature"),
 }
 
 
@@ -318,9 +324,9 @@ _GPT_ROLES = {
     "tokens": Role.INDEX,  # token ids: 0-based here, 1-based in R and Julia
     "targets": Role.INDEX,  # the next token ids (gpt_grads), like tokens
     "ignore_index": Role.INDEX,  # 0-D: a target id that is not counted, in the targets' base
-    "logits": Role.TOKENS,  # (n, vocab): one row of next-token logits per position
+    "logits": Role.LOGITS,  # (n, vocab): one row of next-token logits per position
     "loss": Role.SCALAR,
-    "wte": Role.TOKENS,  # (vocab, d): row t is token t's embedding (Julia: d x vocab, as Flux)
+    "wte": Role.TOKEN_TABLE,  # (vocab, d): row t is token t's embedding (Julia: d x vocab, as Flux)
     "wpe": Role.TOKENS,  # (n_ctx, d): row p is position p's embedding
     **{n: (Role.BLOCK_WEIGHT if n.startswith("w_") else Role.BLOCK_VECTOR) for n in BLOCK_PARAMS},
     "lnf_w": Role.VECTOR,
@@ -367,7 +373,7 @@ register(
         args=("logits", "targets"),
         kwargs=("ignore_index",),
         outputs=("loss",),
-        roles={"logits": Role.TOKENS, "targets": Role.INDEX, "ignore_index": Role.INDEX, "loss": Role.SCALAR},
+        roles={"logits": Role.LOGITS, "targets": Role.INDEX, "ignore_index": Role.INDEX, "loss": Role.SCALAR},
         family="loss",
     )
 )

@@ -163,14 +163,21 @@ _FAMILY_NOTES = {
         "julia": "elementwise: the parameter's own shape, a matrix or a vector",
     }
 }
+# What a role's layout means in each language, after the shape: never the sizes again (the shape
+# line has them, and an operation's own sizes, d_ff say, would contradict a restated generic one).
 _ROLE_NOTES = {
     Role.TOKENS: {"r": "one token per row", "julia": "one token per column"},
     Role.WEIGHT: {"r": "applied as x %*% W", "julia": "applied as W * x"},
     Role.SCORES: {"r": "queries x keys", "julia": "keys x queries"},
     Role.ROWS: {"r": "normalise each row", "julia": "normalise each column"},
-    Role.INDEX: {"r": "1-based class index", "julia": "1-based class index"},
-    Role.BLOCK_WEIGHT: {"r": "n_layer x d_in x d_out, block first", "julia": "d_out x d_in x n_layer, block last"},
-    Role.BLOCK_VECTOR: {"r": "n_layer x d, a row per block", "julia": "d x n_layer, a column per block"},
+    Role.INDEX: {"r": "1-based index (a class or token id)", "julia": "1-based index (a class or token id)"},
+    Role.BLOCK_WEIGHT: {
+        "r": "block first, each slice applied as x %*% W",
+        "julia": "block last, each slice applied as W * x",
+    },
+    Role.BLOCK_VECTOR: {"r": "a row per block", "julia": "a column per block"},
+    Role.LOGITS: {"r": "one position per row", "julia": "one position per column"},
+    Role.TOKEN_TABLE: {"r": "row t: token id t's embedding", "julia": "column t: token id t's embedding"},
 }
 
 #: What each operation computes (ports/CONTRACT.md), written above its stub.

@@ -6,6 +6,7 @@ import numpy as np
 
 from attention_ports.judge.compare import compare, ulp_of
 from attention_ports.runtimes.julia import adapter as julia_adapter
+from attention_ports.spec import ops
 from attention_ports.spec.ops import Role
 from attention_ports.spec.portview import PortView
 from attention_ports.spec.precision import FORMATS
@@ -149,6 +150,21 @@ def test_julia_positions_are_1_based_in_julias_index_order_reference_second() ->
     assert lines[1] == "  as the port sees it (Julia, 1-based): weights is (2, 3) (key x query)"
     assert lines[2].startswith("  worst at weights[1, 3]: expected 0.5, actual 0.75, bound 1e-16")
     assert lines[-1] == "  reference layout (NumPy, 0-based): shape (3, 2), worst at [2, 0]"
+
+
+def test_logits_and_the_token_table_are_named_by_what_they_index_not_as_tokens() -> None:
+    # Issue 18: gpt_forward's logits read "(12, 8) (feature x token)" in Julia, whose first axis
+    # is the vocabulary; wte read "token x feature" for a table indexed by token id.
+    logits_role, wte_role = ops.get("gpt_forward").role("logits"), ops.get("gpt_forward").role("params.wte")
+    assert ops.get("lm_loss").role("logits") is logits_role
+    assert julia_view("logits", logits_role).layout((8, 12)) == "(12, 8) (vocabulary entry x position)"
+    assert PortView("R", "logits", logits_role).layout((8, 12)) == "8 x 12 (position x vocabulary entry)"
+    assert julia_view("grads.wte", wte_role).layout((12, 16)) == "(16, 12) (feature x token id)"
+    assert PortView("R", "grads$wte", wte_role).layout((12, 16)) == "12 x 16 (token id x feature)"
+    # transposed like tokens: Julia's logits are vocab x n, the table d x vocab (as Flux's Embedding)
+    logits = np.arange(96.0).reshape(8, 12)
+    assert np.array_equal(julia_adapter.to_julia(logits, logits_role), logits.T)
+    assert np.array_equal(julia_adapter.from_julia(logits.T, logits_role), logits)
 
 
 def test_r_positions_are_1_based_and_nested_names_use_dollar() -> None:

@@ -34,12 +34,15 @@ SEES = {
     "julia": "as the port sees it (Julia, 1-based): {name} is ({d}, {n}) (feature x token)",
     "r": "as the port sees it (R, 1-based): {name} is {n} x {d} (token x feature)",
 }
+SEES_LOGITS = {
+    "julia": "as the port sees it (Julia, 1-based): logits is ({vocab}, {n}) (vocabulary entry x position)",
+    "r": "as the port sees it (R, 1-based): logits is {n} x {vocab} (position x vocabulary entry)",
+}
 
 
 def test_the_catalogue_has_cases_for_the_ports_operations() -> None:
-    # lm_loss's cases come with their own branch (lmloss); CASES takes every case of OPS, so once
-    # they are in the catalogue the port is judged on them too (then this can be == set(OPS)).
-    assert {ENTRIES[i]["op"] for i in CASES} >= set(OPS) - {"lm_loss"}
+    # every operation the ports implement has cases (lm_loss's included), so each is judged
+    assert {ENTRIES[i]["op"] for i in CASES} == set(OPS)
 
 
 @pytest.mark.parametrize("lang", list(PORTS))
@@ -60,9 +63,16 @@ def test_a_bug_in_a_users_gpt_port_is_named_in_its_own_layout(lang: str, tmp_pat
     buggy = tmp_path / PORTS[lang].name
     buggy.write_text(text.replace(old, new))
     case_id = "block_h2_defaults"  # one block: the mask it lost is in every block
-    (result,) = run_suite(REPO_FIXTURES, [lang], {lang: buggy}, [case_id], required={lang}, progress=None)
+    gpt_id = "gpt_one_block_h2_tanh"
+    results = run_suite(REPO_FIXTURES, [lang], {lang: buggy}, [case_id, gpt_id], required={lang}, progress=None)
+    block, gpt = ({r.case: r for r in results}[i] for i in (case_id, gpt_id))
     n, d = load_case(REPO_FIXTURES, ENTRIES[case_id]).expected["y"].array.shape
-    assert result.status == "fail"
-    message = result.message()
+    assert block.status == "fail"
+    message = block.message()
     assert SEES[lang].format(name="y", n=n, d=d) in message, message
     assert "diagnosis: the attention is not causal" in message, message
+    # the logits by what they index, not as tokens (issue 18: Julia's read "(12, 5) (feature x token)")
+    n, vocab = load_case(REPO_FIXTURES, ENTRIES[gpt_id]).expected["logits"].array.shape
+    assert gpt.status == "fail"
+    assert SEES_LOGITS[lang].format(n=n, vocab=vocab) in gpt.message(), gpt.message()
+    assert "diagnosis: the attention is not causal" in gpt.message(), gpt.message()

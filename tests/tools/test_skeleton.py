@@ -49,6 +49,31 @@ def test_every_array_and_option_of_every_operation_has_a_documented_shape() -> N
         assert spec.name in skeleton.NOTES
 
 
+@pytest.mark.parametrize(
+    ("lang", "name", "text"),
+    [
+        # the role's note adds what the sizes do not say, and never restates them (issue 18: b_1
+        # read "d_ff x n_layer; d x n_layer, a column per block")
+        ("julia", "params.b_1", "d_ff x n_layer; a column per block"),
+        ("r", "params.b_1", "n_layer x d_ff; a row per block"),
+        ("julia", "params.w_1", "d_ff x d x n_layer; block last, each slice applied as W * x"),
+        ("r", "params.w_2", "n_layer x d_ff x d; block first, each slice applied as x %*% W"),
+        ("julia", "tokens", "vector, length n; 1-based index (a class or token id)"),
+        ("r", "params.wte", "vocab x d; row t: token id t's embedding"),
+        ("julia", "params.wte", "d x vocab; column t: token id t's embedding"),
+    ],
+)
+def test_a_role_note_does_not_contradict_the_shape(lang: str, name: str, text: str) -> None:
+    assert skeleton.shape("gpt_forward", name, lang) == text
+
+
+def test_the_logits_are_a_position_per_row_or_column_not_a_token() -> None:
+    for op in ("gpt_forward", "lm_loss"):
+        assert skeleton.shape(op, "logits", "julia") == "vocab x n; one position per column"
+        assert skeleton.shape(op, "logits", "r") == "n x vocab; one position per row"
+    assert skeleton.shape("classifier_step", "label", "r") == "an integer; 1-based index (a class or token id)"
+
+
 @pytest.mark.parametrize("lang", skeleton.LANGUAGES)
 def test_init_writes_every_operation_in_the_adapters_argument_order(lang: str, tmp_path: Path, capsys) -> None:
     path = tmp_path / "new" / FILE[lang]

@@ -89,6 +89,8 @@ _AXES: dict[Role, tuple[int, ...] | None] = {
     Role.INDEX: None,  # a label (0-D) or labels (1-D)
     Role.BLOCK_WEIGHT: (2, 1, 0),  # (n_layer, d_in, d_out) -> (d_out, d_in, n_layer)
     Role.BLOCK_VECTOR: (1, 0),  # (n_layer, d) -> (d, n_layer)
+    Role.LOGITS: (1, 0),  # (n, vocab) -> (vocab, n)
+    Role.TOKEN_TABLE: (1, 0),  # (vocab, d) -> (d, vocab), as Flux's Embedding
 }
 # Added to the values on the way to Julia, subtracted on the way back: class indices are 0-based
 # in the reference and 1-based in Julia.

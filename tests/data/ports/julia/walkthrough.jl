@@ -138,7 +138,7 @@ end
 # One SGD step on one sentence: loss = cross-entropy of probs at label; every parameter not
 # named in frozen becomes p - lr * grad. loss and probs are those before the update.
 #   x_emb         e x n; one token per column
-#   label         an integer; 1-based class index
+#   label         an integer; 1-based index (a class or token id)
 #   params        NamedTuple of w_q, b_q, w_k, b_k, w_v, b_v, w_f, b_f:
 #     params.w_q  d x d; applied as W * x
 #     params.b_q  vector, length d
@@ -165,7 +165,7 @@ end
 # epoch_losses = the mean pre-update loss over the trained sentences.
 #   tokens        e x N; one token per column
 #   lengths       vector, length n_sentences
-#   labels        vector, length n_sentences; 1-based class index
+#   labels        vector, length n_sentences; 1-based index (a class or token id)
 #   params        NamedTuple of w_q, b_q, w_k, b_k, w_v, b_v, w_f, b_f:
 #     params.w_q  d x d; applied as W * x
 #     params.b_q  vector, length d
@@ -185,7 +185,7 @@ function classifier_train(tokens, lengths, labels, params, lr, epochs; frozen = 
     error("classifier_train is not written yet")
 end
 
-# layer_norm(x; weight = nothing, bias = nothing, eps = 1e-5)
+# layer_norm(x; weight = nothing, bias = nothing, eps = nothing)
 # Each token (x's row in R, column in Julia) normalised over its d features:
 # (x - mean) / sqrt(var + eps) * weight + bias, var the biased variance (divided by d), eps inside
 # the square root. Compute var in two passes (the mean, then the mean of (x - mean)^2): the
@@ -193,20 +193,20 @@ end
 #   x       d x n; one token per column
 #   weight  vector, length d, or nothing
 #   bias    vector, length d, or nothing
-#   eps     a number >= 0 added inside the square root (1e-5 when nothing, as torch)
+#   eps     a number >= 0: a norm adds it inside the square root (nothing: 1e-5), adamw_step to it (nothing: 1e-8)
 # returns the d x n array itself
-function layer_norm(x; weight = nothing, bias = nothing, eps = 1e-5)
+function layer_norm(x; weight = nothing, bias = nothing, eps = nothing)
     error("layer_norm is not written yet")
 end
 
-# rms_norm(x; weight = nothing, eps = 1e-5)
+# rms_norm(x; weight = nothing, eps = nothing)
 # Each token normalised by its root mean square: x / sqrt(mean(x^2) + eps) * weight (no centring,
 # no bias).
 #   x       d x n; one token per column
 #   weight  vector, length d, or nothing
-#   eps     a number >= 0 added inside the square root (1e-5 when nothing, as torch)
+#   eps     a number >= 0: a norm adds it inside the square root (nothing: 1e-5), adamw_step to it (nothing: 1e-8)
 # returns the d x n array itself
-function rms_norm(x; weight = nothing, eps = 1e-5)
+function rms_norm(x; weight = nothing, eps = nothing)
     error("rms_norm is not written yet")
 end
 
@@ -290,26 +290,26 @@ end
 # gpt_forward(tokens, params, num_heads; eps = nothing, approximate = "none")
 # x = wte[tokens] + wpe[positions 1..n]; every block in order (block b's parameters are slice b of
 # each stacked array); logits = layer_norm(x; lnf_w, lnf_b) W_head: a row of logits per position.
-#   tokens           vector, length n; 1-based class index
+#   tokens           vector, length n; 1-based index (a class or token id)
 #   params           NamedTuple of wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head:
-#     params.wte     d x vocab; one token per column
+#     params.wte     d x vocab; column t: token id t's embedding
 #     params.wpe     d x n_ctx; one token per column
-#     params.ln1_w   d x n_layer; d x n_layer, a column per block
-#     params.ln1_b   d x n_layer; d x n_layer, a column per block
-#     params.w_q     d x d x n_layer; d_out x d_in x n_layer, block last
-#     params.b_q     d x n_layer; d x n_layer, a column per block
-#     params.w_k     d x d x n_layer; d_out x d_in x n_layer, block last
-#     params.b_k     d x n_layer; d x n_layer, a column per block
-#     params.w_v     d x d x n_layer; d_out x d_in x n_layer, block last
-#     params.b_v     d x n_layer; d x n_layer, a column per block
-#     params.w_o     d x d x n_layer; d_out x d_in x n_layer, block last
-#     params.b_o     d x n_layer; d x n_layer, a column per block
-#     params.ln2_w   d x n_layer; d x n_layer, a column per block
-#     params.ln2_b   d x n_layer; d x n_layer, a column per block
-#     params.w_1     d_ff x d x n_layer; d_out x d_in x n_layer, block last
-#     params.b_1     d_ff x n_layer; d x n_layer, a column per block
-#     params.w_2     d x d_ff x n_layer; d_out x d_in x n_layer, block last
-#     params.b_2     d x n_layer; d x n_layer, a column per block
+#     params.ln1_w   d x n_layer; a column per block
+#     params.ln1_b   d x n_layer; a column per block
+#     params.w_q     d x d x n_layer; block last, each slice applied as W * x
+#     params.b_q     d x n_layer; a column per block
+#     params.w_k     d x d x n_layer; block last, each slice applied as W * x
+#     params.b_k     d x n_layer; a column per block
+#     params.w_v     d x d x n_layer; block last, each slice applied as W * x
+#     params.b_v     d x n_layer; a column per block
+#     params.w_o     d x d x n_layer; block last, each slice applied as W * x
+#     params.b_o     d x n_layer; a column per block
+#     params.ln2_w   d x n_layer; a column per block
+#     params.ln2_b   d x n_layer; a column per block
+#     params.w_1     d_ff x d x n_layer; block last, each slice applied as W * x
+#     params.b_1     d_ff x n_layer; a column per block
+#     params.w_2     d x d_ff x n_layer; block last, each slice applied as W * x
+#     params.b_2     d x n_layer; a column per block
 #     params.lnf_w   vector, length d
 #     params.lnf_b   vector, length d
 #     params.w_head  vocab x d; applied as W * x
@@ -321,13 +321,52 @@ function gpt_forward(tokens, params, num_heads; eps = nothing, approximate = "no
     error("gpt_forward is not written yet")
 end
 
+# gpt_grads(tokens, targets, params, num_heads; ignore_index = nothing, eps = nothing, approximate = "none")
+# loss = lm_loss(gpt_forward(tokens, params), targets, ignore_index); returns the loss and grads, a
+# collection with every parameter's gradient (same names and shapes as params).
+#   tokens           vector, length n; 1-based index (a class or token id)
+#   targets          vector, length n; 1-based index (a class or token id)
+#   params           NamedTuple of wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head:
+#     params.wte     d x vocab; column t: token id t's embedding
+#     params.wpe     d x n_ctx; one token per column
+#     params.ln1_w   d x n_layer; a column per block
+#     params.ln1_b   d x n_layer; a column per block
+#     params.w_q     d x d x n_layer; block last, each slice applied as W * x
+#     params.b_q     d x n_layer; a column per block
+#     params.w_k     d x d x n_layer; block last, each slice applied as W * x
+#     params.b_k     d x n_layer; a column per block
+#     params.w_v     d x d x n_layer; block last, each slice applied as W * x
+#     params.b_v     d x n_layer; a column per block
+#     params.w_o     d x d x n_layer; block last, each slice applied as W * x
+#     params.b_o     d x n_layer; a column per block
+#     params.ln2_w   d x n_layer; a column per block
+#     params.ln2_b   d x n_layer; a column per block
+#     params.w_1     d_ff x d x n_layer; block last, each slice applied as W * x
+#     params.b_1     d_ff x n_layer; a column per block
+#     params.w_2     d x d_ff x n_layer; block last, each slice applied as W * x
+#     params.b_2     d x n_layer; a column per block
+#     params.lnf_w   vector, length d
+#     params.lnf_b   vector, length d
+#     params.w_head  vocab x d; applied as W * x
+#   num_heads        an integer dividing d_model; each head is d_head = d_model / num_heads wide
+#   ignore_index     an integer; 1-based index (a class or token id), or nothing
+#   eps              a number >= 0: a norm adds it inside the square root (nothing: 1e-5), adamw_step to it (nothing: 1e-8)
+#   approximate      "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns (
+#   loss = <a number>,
+#   grads = (wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head: each shaped like its parameter))
+function gpt_grads(tokens, targets, params, num_heads; ignore_index = nothing, eps = nothing, approximate = "none")
+    error("gpt_grads is not written yet")
+end
+
 # lm_loss(logits, targets; ignore_index = nothing)
 # Next-token cross-entropy: the mean over counted positions of logsumexp(logits_i) - logits_i[targets_i];
-# a position whose target equals ignore_index is not counted. Use a stable log-sum-exp.
-#   logits        vocab x n; one token per column
-#   targets       vector, length n; 1-based class index
-#   ignore_index  an integer; 1-based class index, or nothing
-# returns the a number array itself
+# a position whose target equals ignore_index is not counted (none counted: NaN, 0/0 as torch).
+# Use a stable log-sum-exp (logits of 1e3 overflow exp).
+#   logits        vocab x n; one position per column
+#   targets       vector, length n; 1-based index (a class or token id)
+#   ignore_index  an integer; 1-based index (a class or token id), or nothing
+# returns loss, a number, itself
 function lm_loss(logits, targets; ignore_index = nothing)
     error("lm_loss is not written yet")
 end

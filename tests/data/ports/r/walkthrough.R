@@ -139,7 +139,7 @@ classifier_forward <- function(x_emb, params) {
 # One SGD step on one sentence: loss = cross-entropy of probs at label; every parameter not
 # named in frozen becomes p - lr * grad. loss and probs are those before the update.
 #   x_emb         n x e; one token per row
-#   label         an integer; 1-based class index
+#   label         an integer; 1-based index (a class or token id)
 #   params        named list of w_q, b_q, w_k, b_k, w_v, b_v, w_f, b_f:
 #     params$w_q  d x d; applied as x %*% W
 #     params$b_q  vector, length d
@@ -166,7 +166,7 @@ classifier_step <- function(x_emb, label, params, lr, frozen = character(0)) {
 # epoch_losses = the mean pre-update loss over the trained sentences.
 #   tokens        N x e; one token per row
 #   lengths       vector, length n_sentences
-#   labels        vector, length n_sentences; 1-based class index
+#   labels        vector, length n_sentences; 1-based index (a class or token id)
 #   params        named list of w_q, b_q, w_k, b_k, w_v, b_v, w_f, b_f:
 #     params$w_q  d x d; applied as x %*% W
 #     params$b_q  vector, length d
@@ -186,7 +186,7 @@ classifier_train <- function(tokens, lengths, labels, params, lr, epochs, frozen
   stop("classifier_train is not written yet")
 }
 
-# layer_norm(x, weight = NULL, bias = NULL, eps = 1e-5)
+# layer_norm(x, weight = NULL, bias = NULL, eps = NULL)
 # Each token (x's row in R, column in Julia) normalised over its d features:
 # (x - mean) / sqrt(var + eps) * weight + bias, var the biased variance (divided by d), eps inside
 # the square root. Compute var in two passes (the mean, then the mean of (x - mean)^2): the
@@ -194,20 +194,20 @@ classifier_train <- function(tokens, lengths, labels, params, lr, epochs, frozen
 #   x       n x d; one token per row
 #   weight  vector, length d, or NULL
 #   bias    vector, length d, or NULL
-#   eps     a number >= 0 added inside the square root (1e-5 when NULL, as torch)
+#   eps     a number >= 0: a norm adds it inside the square root (NULL: 1e-5), adamw_step to it (NULL: 1e-8)
 # returns the n x d array itself
-layer_norm <- function(x, weight = NULL, bias = NULL, eps = 1e-5) {
+layer_norm <- function(x, weight = NULL, bias = NULL, eps = NULL) {
   stop("layer_norm is not written yet")
 }
 
-# rms_norm(x, weight = NULL, eps = 1e-5)
+# rms_norm(x, weight = NULL, eps = NULL)
 # Each token normalised by its root mean square: x / sqrt(mean(x^2) + eps) * weight (no centring,
 # no bias).
 #   x       n x d; one token per row
 #   weight  vector, length d, or NULL
-#   eps     a number >= 0 added inside the square root (1e-5 when NULL, as torch)
+#   eps     a number >= 0: a norm adds it inside the square root (NULL: 1e-5), adamw_step to it (NULL: 1e-8)
 # returns the n x d array itself
-rms_norm <- function(x, weight = NULL, eps = 1e-5) {
+rms_norm <- function(x, weight = NULL, eps = NULL) {
   stop("rms_norm is not written yet")
 }
 
@@ -291,26 +291,26 @@ decoder_block <- function(x, params, num_heads, eps = NULL, approximate = "none"
 # gpt_forward(tokens, params, num_heads, eps = NULL, approximate = "none")
 # x = wte[tokens] + wpe[positions 1..n]; every block in order (block b's parameters are slice b of
 # each stacked array); logits = layer_norm(x; lnf_w, lnf_b) W_head: a row of logits per position.
-#   tokens           vector, length n; 1-based class index
+#   tokens           vector, length n; 1-based index (a class or token id)
 #   params           named list of wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head:
-#     params$wte     vocab x d; one token per row
+#     params$wte     vocab x d; row t: token id t's embedding
 #     params$wpe     n_ctx x d; one token per row
-#     params$ln1_w   n_layer x d; n_layer x d, a row per block
-#     params$ln1_b   n_layer x d; n_layer x d, a row per block
-#     params$w_q     n_layer x d x d; n_layer x d_in x d_out, block first
-#     params$b_q     n_layer x d; n_layer x d, a row per block
-#     params$w_k     n_layer x d x d; n_layer x d_in x d_out, block first
-#     params$b_k     n_layer x d; n_layer x d, a row per block
-#     params$w_v     n_layer x d x d; n_layer x d_in x d_out, block first
-#     params$b_v     n_layer x d; n_layer x d, a row per block
-#     params$w_o     n_layer x d x d; n_layer x d_in x d_out, block first
-#     params$b_o     n_layer x d; n_layer x d, a row per block
-#     params$ln2_w   n_layer x d; n_layer x d, a row per block
-#     params$ln2_b   n_layer x d; n_layer x d, a row per block
-#     params$w_1     n_layer x d x d_ff; n_layer x d_in x d_out, block first
-#     params$b_1     n_layer x d_ff; n_layer x d, a row per block
-#     params$w_2     n_layer x d_ff x d; n_layer x d_in x d_out, block first
-#     params$b_2     n_layer x d; n_layer x d, a row per block
+#     params$ln1_w   n_layer x d; a row per block
+#     params$ln1_b   n_layer x d; a row per block
+#     params$w_q     n_layer x d x d; block first, each slice applied as x %*% W
+#     params$b_q     n_layer x d; a row per block
+#     params$w_k     n_layer x d x d; block first, each slice applied as x %*% W
+#     params$b_k     n_layer x d; a row per block
+#     params$w_v     n_layer x d x d; block first, each slice applied as x %*% W
+#     params$b_v     n_layer x d; a row per block
+#     params$w_o     n_layer x d x d; block first, each slice applied as x %*% W
+#     params$b_o     n_layer x d; a row per block
+#     params$ln2_w   n_layer x d; a row per block
+#     params$ln2_b   n_layer x d; a row per block
+#     params$w_1     n_layer x d x d_ff; block first, each slice applied as x %*% W
+#     params$b_1     n_layer x d_ff; a row per block
+#     params$w_2     n_layer x d_ff x d; block first, each slice applied as x %*% W
+#     params$b_2     n_layer x d; a row per block
 #     params$lnf_w   vector, length d
 #     params$lnf_b   vector, length d
 #     params$w_head  d x vocab; applied as x %*% W
@@ -322,13 +322,52 @@ gpt_forward <- function(tokens, params, num_heads, eps = NULL, approximate = "no
   stop("gpt_forward is not written yet")
 }
 
+# gpt_grads(tokens, targets, params, num_heads, ignore_index = NULL, eps = NULL, approximate = "none")
+# loss = lm_loss(gpt_forward(tokens, params), targets, ignore_index); returns the loss and grads, a
+# collection with every parameter's gradient (same names and shapes as params).
+#   tokens           vector, length n; 1-based index (a class or token id)
+#   targets          vector, length n; 1-based index (a class or token id)
+#   params           named list of wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head:
+#     params$wte     vocab x d; row t: token id t's embedding
+#     params$wpe     n_ctx x d; one token per row
+#     params$ln1_w   n_layer x d; a row per block
+#     params$ln1_b   n_layer x d; a row per block
+#     params$w_q     n_layer x d x d; block first, each slice applied as x %*% W
+#     params$b_q     n_layer x d; a row per block
+#     params$w_k     n_layer x d x d; block first, each slice applied as x %*% W
+#     params$b_k     n_layer x d; a row per block
+#     params$w_v     n_layer x d x d; block first, each slice applied as x %*% W
+#     params$b_v     n_layer x d; a row per block
+#     params$w_o     n_layer x d x d; block first, each slice applied as x %*% W
+#     params$b_o     n_layer x d; a row per block
+#     params$ln2_w   n_layer x d; a row per block
+#     params$ln2_b   n_layer x d; a row per block
+#     params$w_1     n_layer x d x d_ff; block first, each slice applied as x %*% W
+#     params$b_1     n_layer x d_ff; a row per block
+#     params$w_2     n_layer x d_ff x d; block first, each slice applied as x %*% W
+#     params$b_2     n_layer x d; a row per block
+#     params$lnf_w   vector, length d
+#     params$lnf_b   vector, length d
+#     params$w_head  d x vocab; applied as x %*% W
+#   num_heads        an integer dividing d_model; each head is d_head = d_model / num_heads wide
+#   ignore_index     an integer; 1-based index (a class or token id), or NULL
+#   eps              a number >= 0: a norm adds it inside the square root (NULL: 1e-5), adamw_step to it (NULL: 1e-8)
+#   approximate      "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns list(
+#   loss = <a number>,
+#   grads = list(wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head: each shaped like its parameter))
+gpt_grads <- function(tokens, targets, params, num_heads, ignore_index = NULL, eps = NULL, approximate = "none") {
+  stop("gpt_grads is not written yet")
+}
+
 # lm_loss(logits, targets, ignore_index = NULL)
 # Next-token cross-entropy: the mean over counted positions of logsumexp(logits_i) - logits_i[targets_i];
-# a position whose target equals ignore_index is not counted. Use a stable log-sum-exp.
-#   logits        n x vocab; one token per row
-#   targets       vector, length n; 1-based class index
-#   ignore_index  an integer; 1-based class index, or NULL
-# returns the a number array itself
+# a position whose target equals ignore_index is not counted (none counted: NaN, 0/0 as torch).
+# Use a stable log-sum-exp (logits of 1e3 overflow exp).
+#   logits        n x vocab; one position per row
+#   targets       vector, length n; 1-based index (a class or token id)
+#   ignore_index  an integer; 1-based index (a class or token id), or NULL
+# returns loss, a number, itself
 lm_loss <- function(logits, targets, ignore_index = NULL) {
   stop("lm_loss is not written yet")
 }
