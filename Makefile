@@ -12,7 +12,8 @@ verify: setup
 	$(VENV)/bin/attention-ports verify
 
 # pytest-xdist: one worker per core (each with its own R and Julia workers); --dist loadgroup keeps
-# an implementation's fixture cases, and the tests sharing the installed wheel, on one worker each.
+# an implementation's fixture cases, the tests sharing the installed wheel, and each module sharing a
+# costly module fixture (tests/conftest.py, SHARED_MODULE_FIXTURES), on one worker each.
 PYTEST_JOBS ?= auto
 
 test: setup

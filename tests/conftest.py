@@ -30,13 +30,29 @@ settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if in_ci() else "dev")
 
 
+# Modules whose tests share a costly module-scoped fixture. --dist loadgroup deals the other tests
+# out one at a time, to whichever worker has just finished one, so consecutive tests of a module
+# land on both workers, and each worker built the fixture (a simulation of xdist's scheduler over
+# measured durations: the probes built twice in every run, the float32 kit in 96 of 100, the
+# float64 kit in 7). Grouped, each module runs on one worker; a group is dealt out before the
+# single tests, so these long ones start early rather than at the tail.
+SHARED_MODULE_FIXTURES = {
+    "tests/fixtures/test_bytes.py": "the four CPU probes",
+    "tests/tools/test_mutation.py": "the mutation kit in float64 and in float32",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Under `pytest -n auto --dist loadgroup` (make test), the tests sharing the installed wheel run
-    # on one worker, so it is built and installed once (~15 s), not once per worker.
+    # on one worker, so it is built and installed once (~15 s), not once per worker; so do the
+    # tests of each module in SHARED_MODULE_FIXTURES.
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
+            module = item.nodeid.split("::", 1)[0]
             if "installed_tool" in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.xdist_group(name="installed-tool"))
+            elif module in SHARED_MODULE_FIXTURES:
+                item.add_marker(pytest.mark.xdist_group(name=module))
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import queue
 import shlex
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,9 +206,16 @@ def _explain_convention(
         r.message += "\n" + "\n".join(lines)
 
 
-def select_entries(fixtures_dir: Path, case_globs: Iterable[str] = ()) -> list[dict[str, Any]]:
+def select_entries(
+    fixtures_dir: Path, case_globs: Iterable[str] = (), entries: Sequence[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The manifest's entries whose id matches one of ``case_globs`` (all of them without globs).
+
+    ``entries``: the manifest's entries as the caller read them (``iter_entries``: validated), so
+    that a caller making many runs over one folder reads and validates its manifest once.
+    """
     globs = list(case_globs)
-    entries = list(iter_entries(fixtures_dir))
+    entries = list(iter_entries(fixtures_dir) if entries is None else entries)
     if not globs:
         return entries
     chosen = [e for e in entries if any(fnmatch.fnmatchcase(e["id"], g) for g in globs)]
@@ -245,6 +252,7 @@ def run_suite(
     parallel: bool = True,
     stop: threading.Event | None = None,
     live: Mapping[str, Implementation] | None = None,
+    entries: Sequence[dict[str, Any]] | None = None,
 ) -> list[CaseResult]:
     """Every selected case on every named implementation; results ordered by implementation (as
     named), then by case (manifest order), whether or not they ran side by side.
@@ -258,11 +266,12 @@ def run_suite(
     case, which becomes ``error`` when it is in ``required`` (asked for, or anything under CI=true).
     A case whose fixture files are bad is ``error`` with ``fixture_error`` set, on every implementation.
     ``live``: implementations already made (a test's pool), used instead of new ones and left open.
+    ``entries``: ``fixtures_dir``'s manifest entries, already read (:func:`select_entries`).
     """
     ports = ports or {}
     required = required or set()
     stop = stop or threading.Event()
-    entries = select_entries(fixtures_dir, case_globs)
+    entries = select_entries(fixtures_dir, case_globs, entries)
     cases: list[Case | FixtureError] = []
     for entry in entries:
         try:
