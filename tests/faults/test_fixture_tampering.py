@@ -262,8 +262,10 @@ def test_the_bound_range_is_the_error_analysis_own() -> None:
 
 
 def test_every_shipped_bound_is_inside_the_range_with_room_to_spare() -> None:
-    # The range check must never refuse a real bound: the loosest shipped one is ~1e-9 of its case's
-    # scale, three orders of magnitude inside the 2^-20 ceiling.
+    # The range check must never refuse a real bound. The loosest shipped one is 1.1e-8 of its case's
+    # scale (gpt_large_near_constant: embeddings of mean 1000 and spread 0.5 through two blocks,
+    # whose correct implementations themselves err by ~1e-11 relative), 85 times inside the 2^-20
+    # ceiling; every other case is ~1e-9 or less, three orders of magnitude inside.
     from attention_ports.fixtures.store import load_case
 
     worst = 0.0
@@ -272,7 +274,7 @@ def test_every_shipped_bound_is_inside_the_range_with_room_to_spare() -> None:
         scale = max(float(np.abs(x.array[np.isfinite(x.array)]).max(initial=0)) for x in case.expected.values())
         if scale:
             worst = max(worst, max(float(x.bound.max()) for x in case.expected.values()) / scale)
-    assert worst < validate.MAX_RELATIVE_BOUND / 100
+    assert worst < validate.MAX_RELATIVE_BOUND / 50
 
 
 # --- wrongly typed manifest fields ------------------------------------------------------------------

@@ -78,11 +78,17 @@ def test_a_3e_minus_10_relative_error_fails_every_non_degenerate_output() -> Non
     # softmax (FlashAttention's backward recomputes P = exp(S - lse)) scales each row's weights by
     # a common 1 + 2u|lse| that dS = A (dA - rowsum(dA A)) no longer cancels, so d_q meets that
     # common key part (bounds.py, "Softmax"), against gradients that are small beside their terms.
+    # One output is held to the requirement itself, not the margin: gpt_near_constant_embeddings'
+    # logits, whose embeddings (mean 3, spread 1e-3, eps 1e-12) make the first norm's centring
+    # ill-conditioned: correct implementations err there by 3.5e-11 (torch) and 4.5e-11 (the
+    # reference) relative, and the bound, 600 times that, catches 1e-9 but not 3e-10.
+    held_to_requirement = {("gpt_near_constant_embeddings", "logits")}
     for case_id, name, exp in ALL:
         if not np.any(np.isfinite(exp.array) & (exp.array != 0)):
             continue
-        res = compare(exp.array, exp.array * (1 + 3e-10), exp.bound)
-        assert not res.ok, f"{case_id}.{name}: a 3e-10 relative error passes every element"
+        r = 1e-9 if (case_id, name) in held_to_requirement else 3e-10
+        res = compare(exp.array, exp.array * (1 + r), exp.bound)
+        assert not res.ok, f"{case_id}.{name}: a {r:g} relative error passes every element"
 
 
 # ---------------------------------------------------------------- the analysis where rounding shows
