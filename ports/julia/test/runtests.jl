@@ -16,6 +16,7 @@ include(joinpath(@__DIR__, "..", "src", "classifier.jl"))
 include(joinpath(@__DIR__, "..", "src", "norms.jl"))
 include(joinpath(@__DIR__, "..", "src", "activations.jl"))
 include(joinpath(@__DIR__, "..", "src", "positions.jl"))
+include(joinpath(@__DIR__, "..", "src", "losses.jl"))
 
 # --- independent loop implementations ------------------------------------------------------------
 function naive_softmax_column(s::AbstractVector)
@@ -164,6 +165,7 @@ try
     include(joinpath(@__DIR__, "norms_tests.jl"))
     include(joinpath(@__DIR__, "activations_tests.jl"))
     include(joinpath(@__DIR__, "positions_tests.jl"))
+    include(joinpath(@__DIR__, "losses_tests.jl"))
 finally
     Test.pop_testset()
 end

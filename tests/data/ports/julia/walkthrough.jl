@@ -243,3 +243,15 @@ end
 function rotary_embedding(x; positions = nothing, base = nothing)
     error("rotary_embedding is not written yet")
 end
+
+# lm_loss(logits, targets; ignore_index = nothing)
+# Next-token cross-entropy: the mean over counted positions of logsumexp(logits_i) - logits_i[targets_i];
+# a position whose target equals ignore_index is not counted (none counted: NaN, 0/0 as torch).
+# Use a stable log-sum-exp (logits of 1e3 overflow exp).
+#   logits        vocab x n; one token per column
+#   targets       vector, length n; 1-based class index
+#   ignore_index  an integer; 1-based class index, or nothing
+# returns loss, a number, itself
+function lm_loss(logits, targets; ignore_index = nothing)
+    error("lm_loss is not written yet")
+end

@@ -244,3 +244,15 @@ sinusoidal_positions <- function(n, d, base = NULL) {
 rotary_embedding <- function(x, positions = NULL, base = NULL) {
   stop("rotary_embedding is not written yet")
 }
+
+# lm_loss(logits, targets, ignore_index = NULL)
+# Next-token cross-entropy: the mean over counted positions of logsumexp(logits_i) - logits_i[targets_i];
+# a position whose target equals ignore_index is not counted (none counted: NaN, 0/0 as torch).
+# Use a stable log-sum-exp (logits of 1e3 overflow exp).
+#   logits        n x vocab; one token per row
+#   targets       vector, length n; 1-based class index
+#   ignore_index  an integer; 1-based class index, or NULL
+# returns loss, a number, itself
+lm_loss <- function(logits, targets, ignore_index = NULL) {
+  stop("lm_loss is not written yet")
+}
