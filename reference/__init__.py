@@ -33,6 +33,7 @@ from attention_ports.reference.losses import lm_loss
 from attention_ports.reference.masks import as_additive_mask, causal_mask, key_padding_mask
 from attention_ports.reference.norms import layer_norm, rms_norm
 from attention_ports.reference.positions import PAIRINGS, rotary_embedding, sinusoidal_positions
+from attention_ports.reference.transformer_grads import gpt_grads
 
 __version__ = "1.0.0"
 
@@ -51,6 +52,7 @@ __all__ = [
     "classifier_step",
     "classifier_train",
     "gelu",
+    "gpt_grads",
     "heads_to_packed",
     "init_classifier_params",
     "key_padding_mask",
