@@ -151,12 +151,13 @@ class NormNode:
     eps: arb
     track: bool
 
-    def stats(self) -> tuple[list[list[arb]], list[arb], list[list[arb]]]:
+    def stats(self, rounded: bool = True) -> tuple[list[list[arb]], list[arb], list[list[arb]]]:
         """Per row: ``yhat = (x - mu) r`` and ``r = 1 / sqrt(v + eps)``, balls that hold the values
         a correct implementation computes (in a bound pass: the exact values over the input's
         balls, widened by the exact-input rule's bounds, ``norms.layer_norm_row`` and
         ``norms.rstd_error``), and ``(|x_j| + |mu|) r``, upper bounds (an x-space backward's
-        magnitudes: transformer_grads' layer norm rule)."""
+        magnitudes: transformer_grads' layer norm rule). ``rounded`` False: the exact values over the
+        input's balls, not widened (transformer_grads' bare stage)."""
         n = self.x.ncols()
         yhats, rs, xrs = [], [], []
         for row in am.rows_of(self.x):
@@ -165,7 +166,7 @@ class NormNode:
             v = sum((cj * cj for cj in c), arb(0)) / n
             r = (v + self.eps).rsqrt()
             yhat = [cj * r for cj in c]
-            if self.track:
+            if self.track and rounded:
                 low = norms._low(v)
                 e_y = norms.layer_norm_row(row, c, v, self.eps, low)
                 theta = norms.rstd_error(v.abs_upper(), norms.stat_errors(row, c)[2], self.eps, low)
