@@ -244,14 +244,146 @@ function rotary_embedding(x; positions = nothing, base = nothing)
     error("rotary_embedding is not written yet")
 end
 
+# feed_forward(x, w_1, b_1, w_2, b_2; approximate = "none")
+# Position-wise: y = gelu(x W_1 + b_1) W_2 + b_2, gelu as asked by approximate.
+#   x            d x n; one token per column
+#   w_1          d_ff x d; applied as W * x
+#   b_1          vector, length d_ff
+#   w_2          d x d_ff; applied as W * x
+#   b_2          vector, length d
+#   approximate  "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns the d x n array itself
+function feed_forward(x, w_1, b_1, w_2, b_2; approximate = "none")
+    error("feed_forward is not written yet")
+end
+
+# decoder_block(x, params, num_heads; eps = nothing, approximate = "none")
+# GPT-2's pre-norm block: h = x + attn(layer_norm(x; ln1_w, ln1_b)), y = h + feed_forward(layer_norm(h;
+# ln2_w, ln2_b)); attn is causal multi-head self-attention (as multi_head_attention, query i sees keys
+# 1..i) with its output projection w_o, b_o.
+#   x               d x n; one token per column
+#   params          NamedTuple of ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2:
+#     params.ln1_w  vector, length d
+#     params.ln1_b  vector, length d
+#     params.w_q    d x d; applied as W * x
+#     params.b_q    vector, length d
+#     params.w_k    d x d; applied as W * x
+#     params.b_k    vector, length d
+#     params.w_v    d x d; applied as W * x
+#     params.b_v    vector, length d
+#     params.w_o    d x d; applied as W * x
+#     params.b_o    vector, length d
+#     params.ln2_w  vector, length d
+#     params.ln2_b  vector, length d
+#     params.w_1    d_ff x d; applied as W * x
+#     params.b_1    vector, length d_ff
+#     params.w_2    d x d_ff; applied as W * x
+#     params.b_2    vector, length d
+#   num_heads       an integer dividing d_model; each head is d_head = d_model / num_heads wide
+#   eps             a number >= 0: a norm adds it inside the square root (nothing: 1e-5), adamw_step to it (nothing: 1e-8)
+#   approximate     "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns the d x n array itself
+function decoder_block(x, params, num_heads; eps = nothing, approximate = "none")
+    error("decoder_block is not written yet")
+end
+
+# gpt_forward(tokens, params, num_heads; eps = nothing, approximate = "none")
+# x = wte[tokens] + wpe[positions 1..n]; every block in order (block b's parameters are slice b of
+# each stacked array); logits = layer_norm(x; lnf_w, lnf_b) W_head: a row of logits per position.
+#   tokens           vector, length n; 1-based class index
+#   params           NamedTuple of wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head:
+#     params.wte     d x vocab; one token per column
+#     params.wpe     d x n_ctx; one token per column
+#     params.ln1_w   d x n_layer; d x n_layer, a column per block
+#     params.ln1_b   d x n_layer; d x n_layer, a column per block
+#     params.w_q     d x d x n_layer; d_out x d_in x n_layer, block last
+#     params.b_q     d x n_layer; d x n_layer, a column per block
+#     params.w_k     d x d x n_layer; d_out x d_in x n_layer, block last
+#     params.b_k     d x n_layer; d x n_layer, a column per block
+#     params.w_v     d x d x n_layer; d_out x d_in x n_layer, block last
+#     params.b_v     d x n_layer; d x n_layer, a column per block
+#     params.w_o     d x d x n_layer; d_out x d_in x n_layer, block last
+#     params.b_o     d x n_layer; d x n_layer, a column per block
+#     params.ln2_w   d x n_layer; d x n_layer, a column per block
+#     params.ln2_b   d x n_layer; d x n_layer, a column per block
+#     params.w_1     d_ff x d x n_layer; d_out x d_in x n_layer, block last
+#     params.b_1     d_ff x n_layer; d x n_layer, a column per block
+#     params.w_2     d x d_ff x n_layer; d_out x d_in x n_layer, block last
+#     params.b_2     d x n_layer; d x n_layer, a column per block
+#     params.lnf_w   vector, length d
+#     params.lnf_b   vector, length d
+#     params.w_head  vocab x d; applied as W * x
+#   num_heads        an integer dividing d_model; each head is d_head = d_model / num_heads wide
+#   eps              a number >= 0: a norm adds it inside the square root (nothing: 1e-5), adamw_step to it (nothing: 1e-8)
+#   approximate      "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns the vocab x n array itself
+function gpt_forward(tokens, params, num_heads; eps = nothing, approximate = "none")
+    error("gpt_forward is not written yet")
+end
+
+# gpt_grads(tokens, targets, params, num_heads; ignore_index = nothing, eps = nothing, approximate = "none")
+# loss = lm_loss(gpt_forward(tokens, params), targets, ignore_index); returns the loss and grads, a
+# collection with every parameter's gradient (same names and shapes as params).
+#   tokens           vector, length n; 1-based class index
+#   targets          vector, length n; 1-based class index
+#   params           NamedTuple of wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head:
+#     params.wte     d x vocab; one token per column
+#     params.wpe     d x n_ctx; one token per column
+#     params.ln1_w   d x n_layer; d x n_layer, a column per block
+#     params.ln1_b   d x n_layer; d x n_layer, a column per block
+#     params.w_q     d x d x n_layer; d_out x d_in x n_layer, block last
+#     params.b_q     d x n_layer; d x n_layer, a column per block
+#     params.w_k     d x d x n_layer; d_out x d_in x n_layer, block last
+#     params.b_k     d x n_layer; d x n_layer, a column per block
+#     params.w_v     d x d x n_layer; d_out x d_in x n_layer, block last
+#     params.b_v     d x n_layer; d x n_layer, a column per block
+#     params.w_o     d x d x n_layer; d_out x d_in x n_layer, block last
+#     params.b_o     d x n_layer; d x n_layer, a column per block
+#     params.ln2_w   d x n_layer; d x n_layer, a column per block
+#     params.ln2_b   d x n_layer; d x n_layer, a column per block
+#     params.w_1     d_ff x d x n_layer; d_out x d_in x n_layer, block last
+#     params.b_1     d_ff x n_layer; d x n_layer, a column per block
+#     params.w_2     d x d_ff x n_layer; d_out x d_in x n_layer, block last
+#     params.b_2     d x n_layer; d x n_layer, a column per block
+#     params.lnf_w   vector, length d
+#     params.lnf_b   vector, length d
+#     params.w_head  vocab x d; applied as W * x
+#   num_heads        an integer dividing d_model; each head is d_head = d_model / num_heads wide
+#   ignore_index     an integer; 1-based class index, or nothing
+#   eps              a number >= 0: a norm adds it inside the square root (nothing: 1e-5), adamw_step to it (nothing: 1e-8)
+#   approximate      "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns (
+#   loss = <a number>,
+#   grads = (wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head: each shaped like its parameter))
+function gpt_grads(tokens, targets, params, num_heads; ignore_index = nothing, eps = nothing, approximate = "none")
+    error("gpt_grads is not written yet")
+end
+
 # lm_loss(logits, targets; ignore_index = nothing)
 # Next-token cross-entropy: the mean over counted positions of logsumexp(logits_i) - logits_i[targets_i];
-# a position whose target equals ignore_index is not counted (none counted: NaN, 0/0 as torch).
-# Use a stable log-sum-exp (logits of 1e3 overflow exp).
+# a position whose target equals ignore_index is not counted. Use a stable log-sum-exp.
 #   logits        vocab x n; one token per column
 #   targets       vector, length n; 1-based class index
 #   ignore_index  an integer; 1-based class index, or nothing
-# returns loss, a number, itself
+# returns the a number array itself
 function lm_loss(logits, targets; ignore_index = nothing)
     error("lm_loss is not written yet")
+end
+
+# adamw_step(param, grad, m, v, step; lr = nothing, beta1 = nothing, beta2 = nothing, eps = nothing, weight_decay = nothing)
+# m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad^2; param = param (1 - lr wd)
+# - lr (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps). Returns param, m, v.
+#   param         c x r; applied as W * x
+#   grad          c x r; applied as W * x
+#   m             c x r; applied as W * x
+#   v             c x r; applied as W * x
+#   step          the step's number t >= 1, an integer (a count, not an index)
+#   lr            the learning rate, a number
+#   beta1         the first moment's decay, 0.9 when nothing
+#   beta2         the second moment's decay, 0.999 when nothing
+#   eps           a number >= 0: a norm adds it inside the square root (nothing: 1e-5), adamw_step to it (nothing: 1e-8)
+#   weight_decay  decoupled weight decay, 0.01 when nothing (0: plain Adam)
+# returns (param = <c x r>, m = <c x r>, v = <c x r>)
+function adamw_step(param, grad, m, v, step; lr = nothing, beta1 = nothing, beta2 = nothing, eps = nothing, weight_decay = nothing)
+    error("adamw_step is not written yet")
 end

@@ -245,14 +245,146 @@ rotary_embedding <- function(x, positions = NULL, base = NULL) {
   stop("rotary_embedding is not written yet")
 }
 
+# feed_forward(x, w_1, b_1, w_2, b_2, approximate = "none")
+# Position-wise: y = gelu(x W_1 + b_1) W_2 + b_2, gelu as asked by approximate.
+#   x            n x d; one token per row
+#   w_1          d x d_ff; applied as x %*% W
+#   b_1          vector, length d_ff
+#   w_2          d_ff x d; applied as x %*% W
+#   b_2          vector, length d
+#   approximate  "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns the n x d array itself
+feed_forward <- function(x, w_1, b_1, w_2, b_2, approximate = "none") {
+  stop("feed_forward is not written yet")
+}
+
+# decoder_block(x, params, num_heads, eps = NULL, approximate = "none")
+# GPT-2's pre-norm block: h = x + attn(layer_norm(x; ln1_w, ln1_b)), y = h + feed_forward(layer_norm(h;
+# ln2_w, ln2_b)); attn is causal multi-head self-attention (as multi_head_attention, query i sees keys
+# 1..i) with its output projection w_o, b_o.
+#   x               n x d; one token per row
+#   params          named list of ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2:
+#     params$ln1_w  vector, length d
+#     params$ln1_b  vector, length d
+#     params$w_q    d x d; applied as x %*% W
+#     params$b_q    vector, length d
+#     params$w_k    d x d; applied as x %*% W
+#     params$b_k    vector, length d
+#     params$w_v    d x d; applied as x %*% W
+#     params$b_v    vector, length d
+#     params$w_o    d x d; applied as x %*% W
+#     params$b_o    vector, length d
+#     params$ln2_w  vector, length d
+#     params$ln2_b  vector, length d
+#     params$w_1    d x d_ff; applied as x %*% W
+#     params$b_1    vector, length d_ff
+#     params$w_2    d_ff x d; applied as x %*% W
+#     params$b_2    vector, length d
+#   num_heads       an integer dividing d_model; each head is d_head = d_model / num_heads wide
+#   eps             a number >= 0: a norm adds it inside the square root (NULL: 1e-5), adamw_step to it (NULL: 1e-8)
+#   approximate     "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns the n x d array itself
+decoder_block <- function(x, params, num_heads, eps = NULL, approximate = "none") {
+  stop("decoder_block is not written yet")
+}
+
+# gpt_forward(tokens, params, num_heads, eps = NULL, approximate = "none")
+# x = wte[tokens] + wpe[positions 1..n]; every block in order (block b's parameters are slice b of
+# each stacked array); logits = layer_norm(x; lnf_w, lnf_b) W_head: a row of logits per position.
+#   tokens           vector, length n; 1-based class index
+#   params           named list of wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head:
+#     params$wte     vocab x d; one token per row
+#     params$wpe     n_ctx x d; one token per row
+#     params$ln1_w   n_layer x d; n_layer x d, a row per block
+#     params$ln1_b   n_layer x d; n_layer x d, a row per block
+#     params$w_q     n_layer x d x d; n_layer x d_in x d_out, block first
+#     params$b_q     n_layer x d; n_layer x d, a row per block
+#     params$w_k     n_layer x d x d; n_layer x d_in x d_out, block first
+#     params$b_k     n_layer x d; n_layer x d, a row per block
+#     params$w_v     n_layer x d x d; n_layer x d_in x d_out, block first
+#     params$b_v     n_layer x d; n_layer x d, a row per block
+#     params$w_o     n_layer x d x d; n_layer x d_in x d_out, block first
+#     params$b_o     n_layer x d; n_layer x d, a row per block
+#     params$ln2_w   n_layer x d; n_layer x d, a row per block
+#     params$ln2_b   n_layer x d; n_layer x d, a row per block
+#     params$w_1     n_layer x d x d_ff; n_layer x d_in x d_out, block first
+#     params$b_1     n_layer x d_ff; n_layer x d, a row per block
+#     params$w_2     n_layer x d_ff x d; n_layer x d_in x d_out, block first
+#     params$b_2     n_layer x d; n_layer x d, a row per block
+#     params$lnf_w   vector, length d
+#     params$lnf_b   vector, length d
+#     params$w_head  d x vocab; applied as x %*% W
+#   num_heads        an integer dividing d_model; each head is d_head = d_model / num_heads wide
+#   eps              a number >= 0: a norm adds it inside the square root (NULL: 1e-5), adamw_step to it (NULL: 1e-8)
+#   approximate      "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns the n x vocab array itself
+gpt_forward <- function(tokens, params, num_heads, eps = NULL, approximate = "none") {
+  stop("gpt_forward is not written yet")
+}
+
+# gpt_grads(tokens, targets, params, num_heads, ignore_index = NULL, eps = NULL, approximate = "none")
+# loss = lm_loss(gpt_forward(tokens, params), targets, ignore_index); returns the loss and grads, a
+# collection with every parameter's gradient (same names and shapes as params).
+#   tokens           vector, length n; 1-based class index
+#   targets          vector, length n; 1-based class index
+#   params           named list of wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head:
+#     params$wte     vocab x d; one token per row
+#     params$wpe     n_ctx x d; one token per row
+#     params$ln1_w   n_layer x d; n_layer x d, a row per block
+#     params$ln1_b   n_layer x d; n_layer x d, a row per block
+#     params$w_q     n_layer x d x d; n_layer x d_in x d_out, block first
+#     params$b_q     n_layer x d; n_layer x d, a row per block
+#     params$w_k     n_layer x d x d; n_layer x d_in x d_out, block first
+#     params$b_k     n_layer x d; n_layer x d, a row per block
+#     params$w_v     n_layer x d x d; n_layer x d_in x d_out, block first
+#     params$b_v     n_layer x d; n_layer x d, a row per block
+#     params$w_o     n_layer x d x d; n_layer x d_in x d_out, block first
+#     params$b_o     n_layer x d; n_layer x d, a row per block
+#     params$ln2_w   n_layer x d; n_layer x d, a row per block
+#     params$ln2_b   n_layer x d; n_layer x d, a row per block
+#     params$w_1     n_layer x d x d_ff; n_layer x d_in x d_out, block first
+#     params$b_1     n_layer x d_ff; n_layer x d, a row per block
+#     params$w_2     n_layer x d_ff x d; n_layer x d_in x d_out, block first
+#     params$b_2     n_layer x d; n_layer x d, a row per block
+#     params$lnf_w   vector, length d
+#     params$lnf_b   vector, length d
+#     params$w_head  d x vocab; applied as x %*% W
+#   num_heads        an integer dividing d_model; each head is d_head = d_model / num_heads wide
+#   ignore_index     an integer; 1-based class index, or NULL
+#   eps              a number >= 0: a norm adds it inside the square root (NULL: 1e-5), adamw_step to it (NULL: 1e-8)
+#   approximate      "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+# returns list(
+#   loss = <a number>,
+#   grads = list(wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head: each shaped like its parameter))
+gpt_grads <- function(tokens, targets, params, num_heads, ignore_index = NULL, eps = NULL, approximate = "none") {
+  stop("gpt_grads is not written yet")
+}
+
 # lm_loss(logits, targets, ignore_index = NULL)
 # Next-token cross-entropy: the mean over counted positions of logsumexp(logits_i) - logits_i[targets_i];
-# a position whose target equals ignore_index is not counted (none counted: NaN, 0/0 as torch).
-# Use a stable log-sum-exp (logits of 1e3 overflow exp).
+# a position whose target equals ignore_index is not counted. Use a stable log-sum-exp.
 #   logits        n x vocab; one token per row
 #   targets       vector, length n; 1-based class index
 #   ignore_index  an integer; 1-based class index, or NULL
-# returns loss, a number, itself
+# returns the a number array itself
 lm_loss <- function(logits, targets, ignore_index = NULL) {
   stop("lm_loss is not written yet")
+}
+
+# adamw_step(param, grad, m, v, step, lr = NULL, beta1 = NULL, beta2 = NULL, eps = NULL, weight_decay = NULL)
+# m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad^2; param = param (1 - lr wd)
+# - lr (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps). Returns param, m, v.
+#   param         r x c; applied as x %*% W
+#   grad          r x c; applied as x %*% W
+#   m             r x c; applied as x %*% W
+#   v             r x c; applied as x %*% W
+#   step          the step's number t >= 1, an integer (a count, not an index)
+#   lr            the learning rate, a number
+#   beta1         the first moment's decay, 0.9 when NULL
+#   beta2         the second moment's decay, 0.999 when NULL
+#   eps           a number >= 0: a norm adds it inside the square root (NULL: 1e-5), adamw_step to it (NULL: 1e-8)
+#   weight_decay  decoupled weight decay, 0.01 when NULL (0: plain Adam)
+# returns list(param = <r x c>, m = <r x c>, v = <r x c>)
+adamw_step <- function(param, grad, m, v, step, lr = NULL, beta1 = NULL, beta2 = NULL, eps = NULL, weight_decay = NULL) {
+  stop("adamw_step is not written yet")
 }
