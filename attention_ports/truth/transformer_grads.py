@@ -325,6 +325,21 @@ def softmax_back(bk: Back, a: arb_mat, d_a: Pair, dz: Pair, v: arb_mat) -> Pair:
     return bk.charge(d_a.map(ds_of), rad)
 
 
+def _centred(bk: Back, m: arb_mat, rows: bool) -> arb_mat:
+    """The value pass's exact zeros: a product with a factor whose rows (``rows`` False: columns)
+    sum to 0, ``dS k`` (rows of dS), ``dz W_head^T`` (rows of d logits), ``dz V^T`` before dS,
+    is unchanged when k's rows (W_head's columns, V's rows) are shifted by a common vector; shifted
+    by the first, a factor with equal rows gives an exact 0, where a ball would keep a radius that
+    no precision certifies as 0. The bound pass keeps the computed operands (whose sums are not 0)."""
+    if bk.track:
+        return m
+    e = m.entries()
+    r, c = am.shape(m)
+    if rows:
+        return am.build(r, c, [e[i * c + j] - e[j] for i in range(r) for j in range(c)])
+    return am.build(r, c, [e[i * c + j] - e[i * c] for i in range(r) for j in range(c)])
+
+
 def attention_back(bk: Back, att: transformer.AttentionNodes, d_cat: Pair, h: int) -> tuple[Pair, Pair, Pair]:
     """(dq, dk, dv) of causal multi-head attention, from the gradient of the heads' concatenation."""
     d = d_cat.a.ncols()
@@ -337,10 +352,10 @@ def attention_back(bk: Back, att: transformer.AttentionNodes, d_cat: Pair, h: in
         a = bk.node(att.heads.weights[i])
         dz = d_cat.map(lambda m, lo=lo, hi=hi: am.take_cols(m, lo, hi))
         qi, ki, vi = (am.take_cols(m, lo, hi) for m in (q, k, v))
-        d_a = bk.mm(dz, _t(vi))
+        d_a = bk.mm(dz, _t(_centred(bk, vi, rows=True)))
         dvs.append(bk.lmm(_t(a), dz))
         ds = softmax_back(bk, a, d_a, dz, vi)
-        dqs.append(bk.mm(ds, ki, bounds.SCORE_EXTRA).map(lambda m: m * s))
+        dqs.append(bk.mm(ds, _centred(bk, ki, rows=True), bounds.SCORE_EXTRA).map(lambda m: m * s))
         dks.append(bk.mm(ds.map(_t), qi, bounds.SCORE_EXTRA).map(lambda m: m * s))
     return hcat(dqs), hcat(dks), hcat(dvs)
 
@@ -413,7 +428,9 @@ def _stage(bk: Back, stage: Stage, entered: Pair, jac: arb_mat | None) -> tuple[
 def _head_stage(bk: Back, head: transformer.HeadNodes, gi: transformer.GptInputs, dz: Pair) -> tuple[Pair, dict]:
     """The LM head and the final layer norm."""
     g = {"w_head": bk.lmm(_t(bk.node(head.ln.out)), dz).enclosure()}
-    dx, g["lnf_w"], g["lnf_b"] = layer_norm_back(bk, head.ln, bk.mm(dz, _t(gi.head.v)), gi.lnf_w)
+    dx, g["lnf_w"], g["lnf_b"] = layer_norm_back(
+        bk, head.ln, bk.mm(dz, _t(_centred(bk, gi.head.v, rows=False))), gi.lnf_w
+    )
     return dx, g
 
 
@@ -484,7 +501,7 @@ def gpt_grads(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, 
     c = len(counted)
     loss = sum(exact_step.losses, arb(0)) / c
     stacked = {n: am.vcat(ms) for n, ms in exact_step.grads.items()}
-    shapes = {n: _shape(n, ms, len(gi.blocks)) for n, ms in exact_step.grads.items()}
+    shapes = {n: np.shape(inputs[f"params.{n}"]) for n in GPT_PARAMS}  # each gradient shaped as its parameter
     if not g.track:
         out = {"loss": Out(T(arb_mat([[loss]])), ())}
         out.update({f"grads.{n}": Out(T(stacked[n]), shapes[n]) for n in GPT_PARAMS})
@@ -497,13 +514,6 @@ def gpt_grads(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, 
         e = am.vcat(enc.grads[n])
         out[f"grads.{n}"] = Out(T(stacked[n], am.emap(e - stacked[n], lambda x: x.abs_upper())), shapes[n])
     return out
-
-
-def _shape(name: str, ms: list[arb_mat], n_layer: int) -> tuple[int, ...]:
-    r, c = am.shape(ms[0])
-    if name in BLOCK_PARAMS:
-        return (n_layer, c) if r == 1 else (n_layer, r, c)
-    return (c,) if r == 1 and name in ("lnf_w", "lnf_b") else (r, c)
 
 
 exact.register_graph("gpt_grads", gpt_grads)
