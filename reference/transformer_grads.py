@@ -12,7 +12,8 @@ backward is reverse mode written out, layer by layer:
     embeddings   grads.wte[t] += dx_i for every position i holding token t; grads.wpe[i] = dx_i
 
 Layout as ``gpt_forward``: tokens and targets 0-based ids, weights (d_in x d_out), per-block
-parameters stacked along a leading block axis.
+parameters stacked along a leading block axis. float32 parameters are computed in float32 (the float32
+tier's reference).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 from attention_ports.reference.activations import APPROXIMATIONS, TANH_CUBIC, _erf, gelu
 from attention_ports.reference.losses import lm_loss
+from attention_ports.reference.validate import float_dtype
 
 BLOCK_PARAMS = (
     "ln1_w",
@@ -52,7 +54,8 @@ def gelu_grad(h: np.ndarray, approximate: str = "none") -> np.ndarray:
     if approximate == "tanh":
         t = np.tanh(_K_TANH * (h + TANH_CUBIC * h**3))
         return 0.5 * (1 + t) + 0.5 * h * (1 - t * t) * _K_TANH * (1 + 3 * TANH_CUBIC * h * h)
-    return 0.5 * (1 + _erf(h / math.sqrt(2))) + h * np.exp(-0.5 * h * h) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * (1 + _erf(h / math.sqrt(2))).astype(h.dtype)  # the C library's erf is float64's
+    return cdf + h * np.exp(-0.5 * h * h) / math.sqrt(2 * math.pi)
 
 
 def _norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -99,7 +102,8 @@ def _params(params: Mapping[str, Any], tokens: np.ndarray) -> dict[str, np.ndarr
     missing = [k for k in GPT_PARAMS if k not in params]
     if missing:
         raise ValueError(f"params is missing {missing}; gpt_grads needs {', '.join(GPT_PARAMS)}")
-    p = {k: np.asarray(params[k], dtype=np.float64) for k in GPT_PARAMS}
+    dt = float_dtype(params["wte"])
+    p = {k: np.asarray(params[k], dtype=dt) for k in GPT_PARAMS}
     vocab, d = p["wte"].shape
     n_layer = p["w_q"].shape[0]
     for k in BLOCK_PARAMS:
@@ -136,6 +140,7 @@ def gpt_grads(
             raise ValueError("tokens must hold integer ids")
     ids = ids.astype(np.int64)
     p = _params(params, ids)
+    dt = p["wte"].dtype
     n, d = ids.size, p["wte"].shape[1]
     if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)) or num_heads < 1 or d % num_heads:
         raise ValueError(f"num_heads={num_heads!r} must be a positive divisor of d_model={d}")
@@ -150,7 +155,7 @@ def gpt_grads(
         q_ = {k: p[k][b] for k in BLOCK_PARAMS}
         a, ln1 = _norm(x, q_["ln1_w"], q_["ln1_b"], eps)
         q, k, v = (a @ q_[f"w_{t}"] + q_[f"b_{t}"] for t in "qkv")
-        weights, z = [], np.empty((n, d))
+        weights, z = [], np.empty((n, d), dtype=dt)
         for i in range(h):
             cols = slice(i * dh, (i + 1) * dh)
             sc = np.where(causal, q[:, cols] @ k[:, cols].T * s, -np.inf)
@@ -161,7 +166,7 @@ def gpt_grads(
         x_mid = x + z @ q_["w_o"] + q_["b_o"]
         m, ln2 = _norm(x_mid, q_["ln2_w"], q_["ln2_b"], eps)
         hid = m @ q_["w_1"] + q_["b_1"]
-        act = gelu(hid, approximate=approximate)
+        act = gelu(hid, approximate=approximate).astype(dt)
         caches.append(
             {"a": a, "ln1": ln1, "q": q, "k": k, "v": v, "att": weights, "z": z, "m": m, "ln2": ln2, "hid": hid}
             | {"act": act}
@@ -189,7 +194,7 @@ def gpt_grads(
         dmid = dx + dm
         gb["w_o"], gb["b_o"] = c["z"].T @ dmid, dmid.sum(axis=0)
         dz = dmid @ q_["w_o"].T
-        dq, dk, dv = np.zeros((n, d)), np.zeros((n, d)), np.zeros((n, d))
+        dq, dk, dv = (np.zeros((n, d), dtype=dt) for _ in range(3))
         for i in range(h):
             cols = slice(i * dh, (i + 1) * dh)
             att = c["att"][i]
@@ -198,8 +203,8 @@ def gpt_grads(
             dsc = att * (datt - (datt * att).sum(axis=1, keepdims=True))
             dq[:, cols] = dsc @ c["k"][:, cols] * s
             dk[:, cols] = dsc.T @ c["q"][:, cols] * s
-        for t, dt in (("q", dq), ("k", dk), ("v", dv)):
-            gb[f"w_{t}"], gb[f"b_{t}"] = c["a"].T @ dt, dt.sum(axis=0)
+        for t, dproj in (("q", dq), ("k", dk), ("v", dv)):
+            gb[f"w_{t}"], gb[f"b_{t}"] = c["a"].T @ dproj, dproj.sum(axis=0)
         da = dq @ q_["w_q"].T + dk @ q_["w_k"].T + dv @ q_["w_v"].T
         dxa, gb["ln1_w"], gb["ln1_b"] = _norm_back(da, c["ln1"])
         dx = dmid + dxa

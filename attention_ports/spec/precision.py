@@ -49,6 +49,7 @@ TIER_OPS = (
     "sinusoidal_positions",
     "rotary_embedding",
     "lm_loss",
+    "gpt_grads",
 )
 # The operations of the tiers with a storage format (the mixed tiers and float16): the attention
 # kernel, whose rounding points (inputs, the weights before V, outputs) the rule states. A

@@ -488,6 +488,10 @@ def facts_from(op: str, options: Mapping[str, Any], inputs: dict[str, np.ndarray
     elif op == "rotary_embedding":
         f.n_q, d = inputs["x"].shape
         f.dims = {"n": f.n_q, "d": d}
+    elif op == "gpt_grads":  # gpt_forward's sizes (the transformer family's features read them)
+        wte = inputs["params.wte"]
+        f.n_q = len(inputs["tokens"])
+        f.dims = {"n": f.n_q, "d": wte.shape[1], "d_ff": inputs["params.w_1"].shape[2], "vocab": wte.shape[0]}
     elif op == "classifier_train":
         pass  # its regimes are classifier_step's, per sentence: marked not applicable in the catalogue
     elif ops.get(op).family == "activation":
@@ -638,6 +642,7 @@ SHORT = {
     "sinusoidal_positions": "sinusoidal",
     "rotary_embedding": "RoPE",
     "lm_loss": "LM loss",
+    "gpt_grads": "GPT grads",
 }
 
 
