@@ -35,6 +35,7 @@ from attention_ports.reference.norms import layer_norm, rms_norm
 from attention_ports.reference.optim import AdamWStep, adamw_step
 from attention_ports.reference.positions import PAIRINGS, rotary_embedding, sinusoidal_positions
 from attention_ports.reference.transformer import decoder_block, feed_forward, gpt_forward
+from attention_ports.reference.transformer_grads import gpt_grads
 
 __version__ = "1.0.0"
 
@@ -58,6 +59,7 @@ __all__ = [
     "feed_forward",
     "gelu",
     "gpt_forward",
+    "gpt_grads",
     "heads_to_packed",
     "init_classifier_params",
     "key_padding_mask",

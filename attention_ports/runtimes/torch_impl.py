@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from attention_ports.runtimes.impl import Arrays, Implementation, ImplementationUnavailable, OperationMissing
+from attention_ports.spec.ops import BLOCK_PARAMS, GPT_PARAMS
 
 try:
     import torch
@@ -383,3 +384,34 @@ def _op_adamw_step(self, inputs, options):
 
 
 TorchImplementation._op_adamw_step = _op_adamw_step
+# gpt_grads: torch's autograd through its own kernels (F.embedding, F.layer_norm, the causal
+# F.scaled_dot_product_attention, F.gelu, F.cross_entropy), the way a PyTorch GPT-2 trains; the
+# oracle checks the gradients, not the reference's by-hand backward.
+
+
+def _op_gpt_grads(self, inputs, options):
+    h = int(options["num_heads"])
+    eps = 1e-5 if options.get("eps") is None else float(options["eps"])
+    form = options.get("approximate") or "none"
+    with torch.enable_grad():  # run() holds no_grad
+        p = {n: _t(inputs[f"params.{n}"], self.dtype).requires_grad_(True) for n in GPT_PARAMS}
+        ids = torch.from_numpy(np.ascontiguousarray(inputs["tokens"], dtype=np.int64))
+        n, d = len(ids), p["wte"].shape[1]
+        x = F.embedding(ids, p["wte"]) + F.embedding(torch.arange(n), p["wpe"])
+        for b in range(p["w_q"].shape[0]):
+            t = {k: p[k][b] for k in BLOCK_PARAMS}
+            a = F.layer_norm(x, (d,), t["ln1_w"], t["ln1_b"], eps)
+            q, k, v = (F.linear(a, t[f"w_{s}"].T, t[f"b_{s}"]).reshape(n, h, d // h).transpose(0, 1) for s in "qkv")
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(0, 1).reshape(n, d)
+            x = x + F.linear(z, t["w_o"].T, t["b_o"])
+            m = F.layer_norm(x, (d,), t["ln2_w"], t["ln2_b"], eps)
+            x = x + F.linear(F.gelu(F.linear(m, t["w_1"].T, t["b_1"]), approximate=form), t["w_2"].T, t["b_2"])
+        logits = F.layer_norm(x, (d,), p["lnf_w"], p["lnf_b"], eps) @ p["w_head"]
+        targets = torch.from_numpy(np.ascontiguousarray(inputs["targets"], dtype=np.int64))
+        ignore = int(np.asarray(inputs["ignore_index"]).reshape(())) if "ignore_index" in inputs else -100
+        loss = F.cross_entropy(logits, targets, ignore_index=ignore)
+        grads = torch.autograd.grad(loss, [p[k] for k in GPT_PARAMS])
+    return {"loss": loss.detach(), **{f"grads.{k}": g for k, g in zip(GPT_PARAMS, grads, strict=True)}}
+
+
+TorchImplementation._op_gpt_grads = _op_gpt_grads

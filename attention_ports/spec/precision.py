@@ -53,6 +53,7 @@ TIER_OPS = (
     "gpt_forward",
     "lm_loss",
     "adamw_step",
+    "gpt_grads",
 )
 # The operations of the tiers with a storage format (the mixed tiers and float16): the attention
 # kernel, whose rounding points (inputs, the weights before V, outputs) the rule states. A

@@ -507,15 +507,36 @@ def adamw_cases(draw: st.DrawFn) -> Drawn:
 
 @st.composite
 def gpt_grads_cases(draw: st.DrawFn) -> Drawn:
-    """gpt_forward's draws with next-token targets: a repeated target, and a target that equals
-    ignore_index (given, or absent) where the draw makes one."""
-    forward = draw(gpt_forward_cases())
-    vocab, n = forward.inputs["params.wte"].shape[0], len(forward.inputs["tokens"])
-    targets = np.array(draw(st.lists(st.integers(0, vocab - 1), min_size=n, max_size=n)), dtype=np.int64)
-    inputs = {**forward.inputs, "targets": targets}
-    if draw(st.booleans()):
-        inputs["ignore_index"] = np.array(draw(st.integers(-1, vocab - 1)), dtype=np.int64)
-    return Drawn("gpt_grads", inputs, forward.options)
+    """A GPT step: tokens (repeats shrink in: id 0), targets (some ignored at times), one or two
+    blocks, the gelu form and eps drawn; ordinary values, every size distinct."""
+    vocab, heads, d_head, d_ff = _sizes(draw, 4, high=5)
+    d = heads * d_head
+    n = draw(st.integers(1, MAX_SIZE))
+    n_ctx = n + draw(st.integers(0, 2))  # a full context, or fewer tokens than positions
+    stack = (draw(st.integers(1, 2)),)
+    ids = st.lists(st.integers(0, vocab - 1), min_size=n, max_size=n)
+    tokens, targets = (np.array(draw(ids), dtype=np.int64) for _ in range(2))
+    shapes = {"w_1": (d, d_ff), "b_1": (d_ff,), "w_2": (d_ff, d), **{w: (d, d) for w in ("w_q", "w_k", "w_v", "w_o")}}
+    inputs = {
+        "tokens": tokens,
+        "targets": targets,
+        "params.wte": draw(values((vocab, d))),
+        "params.wpe": draw(values((n_ctx, d))),
+        **{f"params.{p}": draw(values(stack + shapes.get(p, (d,)))) for p in ops.BLOCK_PARAMS},
+        "params.lnf_w": draw(values((d,))),
+        "params.lnf_b": draw(values((d,))),
+        "params.w_head": draw(values((d, vocab))),
+    }
+    if draw(st.booleans()):  # ignore_index -1 on some positions, never on all (no gradient then)
+        ignored = draw(st.lists(st.booleans(), min_size=n, max_size=n).filter(lambda b: not all(b)))
+        targets[np.array(ignored)] = -1
+        inputs["ignore_index"] = np.array(-1, dtype=np.int64)
+    options: dict[str, Any] = {"num_heads": heads}
+    for name, choice in (("eps", NORM_EPS), ("approximate", APPROXIMATIONS)):
+        value = draw(st.sampled_from(choice))
+        if value is not None:
+            options[name] = value
+    return Drawn("gpt_grads", inputs, options)
 
 
 STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {

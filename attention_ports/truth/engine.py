@@ -40,11 +40,22 @@ from flint import arb, arb_mat, ctx
 
 # activations, norms: families whose graphs live in their own modules; importing one registers its
 # operations in exact.GRAPHS (exact.register_graph). A new family adds its module to this import.
-from attention_ports.truth import activations, bounds, exact, losses, norms, optim, positions, rounding, transformer
+from attention_ports.truth import (
+    activations,
+    bounds,
+    exact,
+    losses,
+    norms,
+    optim,
+    positions,
+    rounding,
+    transformer,
+    transformer_grads,
+)
 from attention_ports.truth.exact import BOUND_PREC, InputError, Out
 
 # the family modules, imported for their registrations
-FAMILIES = (activations, losses, norms, optim, positions, transformer)
+FAMILIES = (activations, losses, norms, optim, positions, transformer, transformer_grads)
 LIBRARY = "python-flint"
 METHOD = "arb ball arithmetic, certified round-to-nearest"
 MAX_PREC = 1 << 16

@@ -112,6 +112,13 @@ def scale_error(s: arb, e_s: arb) -> arb:
 def layer_norm_row(x: list[arb], c: list[arb], v: arb, eps: arb, v_low: arb | None = None) -> list[arb]:
     """Error bounds of ``c_j r`` for one row (before the affine part): the module's rule. The
     arguments may be balls (every point of them: ``v_low`` the variance's lower end)."""
+    ca, e_c, e_v = stat_errors(x, c)
+    return _scaled(ca, e_c, v.abs_upper(), e_v, eps, v_low)
+
+
+def stat_errors(x: list[arb], c: list[arb]) -> tuple[list[arb], list[arb], arb]:
+    """``(|c|, E_c, E_v)`` of one row: the centred entries' and the variance's error bounds (the
+    module's rule; x and c may be balls)."""
     n = len(x)
     u, r_n = bounds.U, rho(n)
     xa = [xi.abs_upper() for xi in x]
@@ -124,7 +131,16 @@ def layer_norm_row(x: list[arb], c: list[arb], v: arb, eps: arb, v_low: arb | No
         + bounds.gamma(n + 1) * sum(((cj + ej) ** 2 for cj, ej in zip(ca, e_c, strict=True)), arb(0)) / n
         + 2 * r_n * sum((cj * xj for cj, xj in zip(ca, xa, strict=True)), arb(0)) / n
     )
-    return _scaled(ca, e_c, v.abs_upper(), e_v, eps, v_low)
+    return ca, e_c, e_v
+
+
+def rstd_error(v: arb, e_v: arb, eps: arb, v_low: arb | None = None) -> arb:
+    """``theta``, the relative error bound of the computed ``r = 1 / sqrt(v + eps)`` from a variance
+    off by ``e_v`` (``v`` its upper end, ``v_low`` its lower end where it is a ball): the rule's
+    ``s = v + eps`` with its rounding, then the square root and the reciprocal."""
+    s = v + eps
+    s_low = s if v_low is None else v_low + eps
+    return scale_error(s_low, e_v + bounds.U * (s + e_v))
 
 
 def layer_norm_carried(x: list[arb], e: list[arb], c: list[arb], v: arb, eps: arb) -> list[arb]:
@@ -183,10 +199,8 @@ def _scaled(ca: list[arb], e_c: list[arb], v: arb, e_v: arb, eps: arb, v_low: ar
     """``v``: the variance's upper end; ``v_low`` its lower end where it is a ball (an input
     carrying errors): the relative error ``t`` and ``r`` are largest there."""
     u = bounds.U
-    s = v + eps
-    s_low = s if v_low is None else v_low + eps
-    theta = scale_error(s_low, e_v + u * (s + e_v))
-    r = s_low.rsqrt().abs_upper()
+    theta = rstd_error(v, e_v, eps, v_low)
+    r = ((v + eps) if v_low is None else (v_low + eps)).rsqrt().abs_upper()
     return [r * ((cj + ej) * (1 + theta) * (1 + u) - cj) for cj, ej in zip(ca, e_c, strict=True)]
 
 

@@ -141,27 +141,114 @@ def _entries(t: T) -> list[arb]:
     return t.v.entries()
 
 
-def attention_sublayer(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb) -> T:
+@dataclass
+class NormNode:
+    """A layer norm in a graph: its input as balls holding every x' a correct implementation may
+    compute there (``enclose``), its output, eps; ``stats`` gives what its backward reads."""
+
+    x: arb_mat
+    out: T
+    eps: arb
+    track: bool
+
+    def stats(self, rounded: bool = True) -> tuple[list[list[arb]], list[arb], list[list[arb]]]:
+        """Per row: ``yhat = (x - mu) r`` and ``r = 1 / sqrt(v + eps)``, balls that hold the values
+        a correct implementation computes (in a bound pass: the exact values over the input's
+        balls, widened by the exact-input rule's bounds, ``norms.layer_norm_row`` and
+        ``norms.rstd_error``), and ``(|x_j| + |mu|) r``, upper bounds (an x-space backward's
+        magnitudes: transformer_grads' layer norm rule). ``rounded`` False: the exact values over the
+        input's balls, not widened (transformer_grads' bare stage)."""
+        n = self.x.ncols()
+        yhats, rs, xrs = [], [], []
+        for row in am.rows_of(self.x):
+            total = sum(row, arb(0))
+            c = [(n * xj - total) / n for xj in row]  # exactly 0 on a constant row
+            v = sum((cj * cj for cj in c), arb(0)) / n
+            r = (v + self.eps).rsqrt()
+            yhat = [cj * r for cj in c]
+            if self.track and rounded:
+                low = norms._low(v)
+                e_y = norms.layer_norm_row(row, c, v, self.eps, low)
+                theta = norms.rstd_error(v.abs_upper(), norms.stat_errors(row, c)[2], self.eps, low)
+                yhat = [y + arb(0, e) for y, e in zip(yhat, e_y, strict=True)]
+                r = r * (1 + arb(0, theta))
+            mu = (total / n).abs_upper()
+            r_up = r.abs_upper()
+            yhats.append(yhat)
+            rs.append(r)
+            xrs.append([(xj.abs_upper() + mu) * r_up for xj in row])
+        return yhats, rs, xrs
+
+
+def norm_node(g: Graph, x: T, w: T, b: T, eps: arb) -> NormNode:
+    return NormNode(enclose(x), norms.layer_norm_t(g, x, _entries(w), _entries(b), eps), eps, g.track)
+
+
+@dataclass
+class AttentionNodes:
+    """``x + attn(ln_1(x))`` node by node (gpt_grads' backward reads them)."""
+
+    ln: NormNode
+    q: T
+    k: T
+    v: T
+    heads: exact.Heads
+    out: T
+    jac: arb_mat | None = None  # |J| of the sublayer over its input's balls (``through``)
+
+
+@dataclass
+class FfnNodes:
+    """``x + ffn(ln_2(x))`` node by node."""
+
+    ln: NormNode
+    hidden: T  # before gelu
+    act: T  # after gelu
+    out: T
+    jac: arb_mat | None = None  # |J| of the sublayer over its input's balls (``through``)
+
+
+def attention_nodes(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb) -> AttentionNodes:
     """``x + attn(ln_1(x))``: causal multi-head attention with the output projection."""
-    a = norms.layer_norm_t(g, x, _entries(p["ln1_w"]), _entries(p["ln1_b"]), eps)
-    q, k, v = (g.affine(a, p[f"w_{s}"], p[f"b_{s}"]) for s in "qkv")
+    ln = norm_node(g, x, p["ln1_w"], p["ln1_b"], eps)
+    q, k, v = (g.affine(ln.out, p[f"w_{s}"], p[f"b_{s}"]) for s in "qkv")
     heads = exact.attend_heads(g, q, k, v, h, causal_mask(x.shape[0]))
-    return residual(g, x, g.affine(heads.concat, p["w_o"], p["b_o"]))
+    return AttentionNodes(ln, q, k, v, heads, residual(g, x, g.affine(heads.concat, p["w_o"], p["b_o"])))
+
+
+def ffn_nodes(g: Graph, x: T, p: Mapping[str, T], eps: arb, form: str) -> FfnNodes:
+    """``x + ffn(ln_2(x))``."""
+    ln = norm_node(g, x, p["ln2_w"], p["ln2_b"], eps)
+    hidden = g.affine(ln.out, p["w_1"], p["b_1"])
+    act = activations.gelu_t(g, hidden, form)
+    return FfnNodes(ln, hidden, act, residual(g, x, g.affine(act, p["w_2"], p["b_2"])))
+
+
+def attention_sublayer(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb) -> T:
+    return attention_nodes(g, x, p, h, eps).out
 
 
 def ffn_sublayer(g: Graph, x: T, p: Mapping[str, T], eps: arb, form: str) -> T:
-    """``x + ffn(ln_2(x))``."""
-    m = norms.layer_norm_t(g, x, _entries(p["ln2_w"]), _entries(p["ln2_b"]), eps)
-    return residual(g, x, feed_forward_t(g, m, p, form))
+    return ffn_nodes(g, x, p, eps, form).out
 
 
 def block_t(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb, form: str) -> T:
     """GPT-2's pre-norm block: ``h = x + attn(ln_1(x))``, ``y = h + ffn(ln_2(h))``. An error
     entering a sublayer is carried through its Jacobian (``through``), not node by node."""
-    mid = through(
-        g, x, lambda g_, x_: attention_sublayer(g_, x_, p, h, eps), lambda t: t_attention_sublayer(t, p, h, eps)
+    return block_nodes(g, x, p, h, eps, form)[1].out
+
+
+def block_nodes(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb, form: str) -> tuple[AttentionNodes, FfnNodes]:
+    """``block_t`` with its sublayers' nodes: in a bound pass those of ``through``'s own pass (the
+    sublayer on the balls of its input), whose values and bounds enclose what a correct
+    implementation computes there."""
+    att = captured(
+        g, x, lambda g_, x_: attention_nodes(g_, x_, p, h, eps), lambda t: t_attention_sublayer(t, p, h, eps)
     )
-    return through(g, mid, lambda g_, x_: ffn_sublayer(g_, x_, p, eps, form), lambda t: t_ffn_sublayer(t, p, eps, form))
+    ffn = captured(
+        g, att.out, lambda g_, x_: ffn_nodes(g_, x_, p, eps, form), lambda t: t_ffn_sublayer(t, p, eps, form)
+    )
+    return att, ffn
 
 
 # -------------------------------------------------------------------- errors carried across blocks
@@ -292,29 +379,71 @@ def ball(x: T) -> arb_mat:
     return am.build(*x.shape, [v + arb(0, e) for v, e in zip(x.v.entries(), x.e.entries(), strict=True)])
 
 
-def carried(x: T, tangent: Callable[[Tangent], Tangent]) -> arb_mat:
-    """``sum_k |J_ik| e_k``, J the Jacobian of ``tangent``'s function enclosed over the whole
-    ball ``x +/- e``: by the mean value theorem, a bound of ``|f(x') - f(x)|`` for every x' in it."""
-    assert x.e is not None
+def enclose(x: T) -> arb_mat:
+    """Balls holding every value a correct implementation may compute for x (``ball``; x.v when exact)."""
+    return x.v if x.e is None else ball(x)
+
+
+def jacobian(x: T, tangent: Callable[[Tangent], Tangent]) -> tuple[arb_mat, tuple[int, int]]:
+    """``|J|`` of ``tangent``'s function enclosed over the whole ball ``x +/- e``, as (m x n w): row
+    k is input element k's derivative of every output element (row-major); and the output's shape."""
     out = tangent(Tangent.seed(ball(x)))
     n, w = am.shape(out.v)
-    # |J| as (m x n w): row k is direction k's derivative of every output element
     jac = am.build(out.m, n * w, [z.abs_upper() for z in out.d.entries()])
     if not all(z.is_finite() for z in jac.entries()):
         # e.g. a layer norm whose row is constant somewhere in the ball, with eps = 0
         raise bounds.BoundError("a sublayer's Jacobian is unbounded over its input's error ball")
-    return am.build(n, w, (am.build(1, out.m, x.e.entries()) * jac).entries())
+    return jac, (n, w)
 
 
-def through(g: Graph, x: T, graph: Callable[[Graph, T], T], tangent: Callable[[Tangent], Tangent]) -> T:
+def carried(x: T, tangent: Callable[[Tangent], Tangent], jac: tuple[arb_mat, tuple[int, int]] | None = None) -> arb_mat:
+    """``sum_k |J_ik| e_k``, J the Jacobian of ``tangent``'s function enclosed over the whole
+    ball ``x +/- e``: by the mean value theorem, a bound of ``|f(x') - f(x)|`` for every x' in it
+    (``jac``: ``jacobian``'s result, when already computed)."""
+    assert x.e is not None
+    m, (n, w) = jacobian(x, tangent) if jac is None else jac
+    return am.build(n, w, (am.build(1, m.nrows(), x.e.entries()) * m).entries())
+
+
+def through(
+    g: Graph,
+    x: T,
+    graph: Callable[[Graph, T], T],
+    tangent: Callable[[Tangent], Tangent],
+    keep: list[arb_mat] | None = None,
+) -> T:
     """``graph`` applied to x, whose error a stack of blocks carries: the value at x, the bound
-    ``graph``'s own (its exact-input rules on the ball x +/- e) plus ``carried``."""
+    ``graph``'s own (its exact-input rules on the ball x +/- e) plus ``carried``. ``keep``: a list
+    that receives the Jacobian's ``|J|`` (gpt_grads carries the backward's errors through it)."""
     if not g.track or x.e is None or x.shape[0] * x.shape[1] > MAX_DIRECTIONS:
         return graph(g, x)  # node by node: every rule propagates the error x carries
     own = graph(g, T(ball(x)))
     value = graph(Graph(track=False), T(x.v))
     assert own.e is not None
-    return T(value.v, own.e + carried(x, tangent))
+    jac = jacobian(x, tangent)
+    if keep is not None:
+        keep.append(jac[0])
+    return T(value.v, own.e + carried(x, tangent, jac))
+
+
+def captured(g: Graph, x: T, nodes: Callable[[Graph, T], Any], tangent: Callable[[Tangent], Tangent]) -> Any:
+    """``through`` for a graph that returns its nodes (``.out`` the result): the nodes of the pass
+    on ``g`` (the own pass on the balls of x, or node by node), their ``out`` replaced by
+    ``through``'s result."""
+    box: list[Any] = []
+    jac: list[arb_mat] = []
+
+    def graph(g_: Graph, x_: T) -> T:
+        made = nodes(g_, x_)
+        if g_ is g:
+            box.append(made)
+        return made.out
+
+    out = through(g, x, graph, tangent, jac)
+    (made,) = box
+    made.out = out
+    made.jac = jac[0] if jac else None
+    return made
 
 
 # -------------------------------------------------------------------- the graphs
@@ -367,30 +496,73 @@ def embed(g: Graph, ids: list[int], wte: np.ndarray, wpe: np.ndarray) -> T:
     return T(v, bounds.U * am.eabs(v) if g.track else None)
 
 
-def gpt_forward(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
+@dataclass
+class GptInputs:
+    """gpt_forward's inputs, validated: token ids, tables, heads, options, blocks, final norm, head."""
+
+    ids: list[int]
+    wte: np.ndarray
+    wpe: np.ndarray
+    h: int
+    eps: arb
+    form: str
+    blocks: list[dict[str, T]]
+    lnf_w: T
+    lnf_b: T
+    head: T
+
+
+def gpt_inputs(inputs: Mapping[str, np.ndarray], options: Mapping[str, Any], op: str = "gpt_forward") -> GptInputs:
     wte = exact._f64(inputs, "params.wte", 2)
     vocab, d = wte.shape
     wpe = exact._f64(inputs, "params.wpe", 2)
     if wpe.shape[1] != d:
         raise InputError(f"params.wpe must be (n_ctx x d) with d = {d} (params.wte is {wte.shape}); got {wpe.shape}")
     ids = _tokens(inputs, vocab, wpe.shape[0])
-    h = exact.num_heads(options, d, "gpt_forward")
+    h = exact.num_heads(options, d, op)
     eps, form = norms._eps(options), activations._form(options)
     blocks = block_params(inputs, d, stacked=True)
     lnf_w, lnf_b = _vector(inputs, "params.lnf_w", d), _vector(inputs, "params.lnf_b", d)
     w_head = exact._f64(inputs, "params.w_head", 2)
     if w_head.shape != (d, vocab):
         raise InputError(f"params.w_head must have shape (d, vocab) = {(d, vocab)}; got {w_head.shape}")
-    head = exact._exact(w_head)
-    x = embed(g, ids, wte, wpe)
-    for p in blocks:
-        x = block_t(g, x, p, h, eps, form)
-    logits = through(
-        g,
-        x,
-        lambda g_, x_: g_.affine(norms.layer_norm_t(g_, x_, _entries(lnf_w), _entries(lnf_b), eps), head, None),
-        lambda t: t_affine(t_layer_norm(t, lnf_w, lnf_b, eps), head, None),
-    )
+    return GptInputs(ids, wte, wpe, h, eps, form, blocks, lnf_w, lnf_b, exact._exact(w_head))
+
+
+@dataclass
+class HeadNodes:
+    """The final layer norm and the LM head."""
+
+    ln: NormNode
+    out: T  # the logits
+    jac: arb_mat | None = None  # |J| of the sublayer over its input's balls (``through``)
+
+
+@dataclass
+class GptNodes:
+    blocks: list[tuple[AttentionNodes, FfnNodes]]
+    final: HeadNodes
+
+
+def gpt_nodes(g: Graph, gi: GptInputs) -> GptNodes:
+    """The embedding, the blocks and the head, with every sublayer's nodes (``block_nodes``)."""
+    x = embed(g, gi.ids, gi.wte, gi.wpe)
+    blocks = []
+    for p in gi.blocks:
+        att, ffn = block_nodes(g, x, p, gi.h, gi.eps, gi.form)
+        blocks.append((att, ffn))
+        x = ffn.out
+
+    def head(g_: Graph, x_: T) -> HeadNodes:
+        ln = norm_node(g_, x_, gi.lnf_w, gi.lnf_b, gi.eps)
+        return HeadNodes(ln, g_.affine(ln.out, gi.head, None))
+
+    final = captured(g, x, head, lambda t: t_affine(t_layer_norm(t, gi.lnf_w, gi.lnf_b, gi.eps), gi.head, None))
+    return GptNodes(blocks, final)
+
+
+def gpt_forward(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
+    logits = gpt_nodes(g, gpt_inputs(inputs, options)).final.out
     return {"logits": Out(logits, logits.shape)}
 
 

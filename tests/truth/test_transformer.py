@@ -272,7 +272,7 @@ def mp_affine(x: mpmath.matrix, w: np.ndarray, b: np.ndarray | None) -> mpmath.m
     if b is not None:
         for i in range(y.rows):
             for j in range(y.cols):
-                y[i, j] += mpmath.mpf(float(b[j]))
+                y[i, j] += mpmath.mpf(b[j])
     return y
 
 
@@ -288,7 +288,7 @@ def mp_layer_norm(x: mpmath.matrix, w: np.ndarray, b: np.ndarray, eps: float) ->
         mu = mpmath.fsum(row) / len(row)
         r = 1 / mpmath.sqrt(mpmath.fsum((v - mu) ** 2 for v in row) / len(row) + mpmath.mpf(eps))
         for j in range(x.cols):
-            y[i, j] = (row[j] - mu) * r * mpmath.mpf(float(w[j])) + mpmath.mpf(float(b[j]))
+            y[i, j] = (row[j] - mu) * r * mpmath.mpf(w[j]) + mpmath.mpf(b[j])
     return y
 
 
