@@ -132,17 +132,24 @@ def test_materialised_mutant_is_one_edit_of_the_whole_port(mutants: list[mutatio
             assert original in text
 
 
+# The R port's block and model: built on its scaled dot-product attention and projections.
+_R_TRANSFORMER = {"decoder_block", "gpt_forward"}
+
+
 @pytest.mark.parametrize(
     ("mutant_id", "reaches"),
     [
-        # the attention operations call softmax; the norms, activations and positions do not
-        ("r_softmax_no_max", {op for op, spec in ops.OPS.items() if spec.family == "attention"}),
-        ("r_ln_one_pass_variance", {"layer_norm"}),
+        # the attention operations call softmax, and so does the R decoder block's attention; the
+        # norms, activations and positions do not
+        ("r_softmax_no_max", {op for op, spec in ops.OPS.items() if spec.family == "attention"} | _R_TRANSFORMER),
+        ("r_ln_one_pass_variance", {"layer_norm", "decoder_block", "gpt_forward"}),
+        ("r_tf_ffn_always_tanh", {"feed_forward", "decoder_block", "gpt_forward"}),
+        ("r_tf_tokens_zero_based", {"gpt_forward"}),
         ("j_rms_centred", {"rms_norm"}),
         ("r_theta_exponent_i_over_d", {"sinusoidal_positions", "rotary_embedding"}),
         ("j_declares_halves_but_interleaves", set(ops.OPS)),  # the declaration: read, never called
         ("r_mha_heads_strided", {"multi_head_attention"}),
-        ("r_bias_recycled_down_columns", {"self_attention", "multi_head_attention"}),
+        ("r_bias_recycled_down_columns", {"self_attention", "multi_head_attention", "feed_forward"} | _R_TRANSFORMER),
         ("r_clf_no_scale_in_dq", {"classifier_step", "classifier_train"}),
         ("j_dead_off_by_one", {"scaled_dot_product_attention", "self_attention", "multi_head_attention"}),
         ("j_clf_pool_sum", {"classifier_forward", "classifier_step", "classifier_train"}),

@@ -119,6 +119,17 @@ self_attention <- function(x, w_q, w_k, w_v, b_q = NULL, b_k = NULL, b_v = NULL,
   list(q = q, k = k, v = v, weights = att$weights, output = att$output)
 }
 
+# num_heads as an integer, or an error: heads are contiguous blocks of d_model / num_heads features
+# (the multi-head operation here, the decoder block's attention in transformer.R).
+.check_num_heads <- function(num_heads, d_model, fn) {
+  if (!is.numeric(num_heads) || length(num_heads) != 1L || !is.finite(num_heads) ||
+        num_heads != round(num_heads) || num_heads < 1 || d_model %% num_heads != 0) {
+    stop(sprintf("%s: num_heads = %s must be a positive divisor of d_model = %d",
+                 fn, format(num_heads), d_model), call. = FALSE)
+  }
+  as.integer(num_heads)
+}
+
 multi_head_attention <- function(query, key, value, w_q, w_k, w_v, w_o, num_heads,
                                  b_q = NULL, b_k = NULL, b_v = NULL, b_o = NULL, mask = NULL) {
   fn <- "multi_head_attention"
@@ -131,12 +142,7 @@ multi_head_attention <- function(query, key, value, w_q, w_k, w_v, w_o, num_head
                         "got query %s, key %s, value %s"),
                  fn, .dims(query), .dims(key), .dims(value)), call. = FALSE)
   }
-  if (!is.numeric(num_heads) || length(num_heads) != 1L || !is.finite(num_heads) ||
-        num_heads != round(num_heads) || num_heads < 1 || d_model %% num_heads != 0) {
-    stop(sprintf("%s: num_heads = %s must be a positive divisor of d_model = %d",
-                 fn, format(num_heads), d_model), call. = FALSE)
-  }
-  num_heads <- as.integer(num_heads)
+  num_heads <- .check_num_heads(num_heads, d_model, fn)
   ws <- list(w_q = w_q, w_k = w_k, w_v = w_v, w_o = w_o)
   for (name in names(ws)) {
     if (!identical(as.integer(dim(ws[[name]])), c(d_model, d_model))) {
