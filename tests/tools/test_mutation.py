@@ -151,7 +151,11 @@ _R_TRANSFORMER = {"decoder_block", "gpt_forward"}
         ("r_mha_heads_strided", {"multi_head_attention"}),
         ("r_bias_recycled_down_columns", {"self_attention", "multi_head_attention", "feed_forward"} | _R_TRANSFORMER),
         ("r_clf_no_scale_in_dq", {"classifier_step", "classifier_train"}),
-        ("j_dead_off_by_one", {"scaled_dot_product_attention", "self_attention", "multi_head_attention"}),
+        # the transformer's causal attention calls scaled_dot_product_attention
+        (
+            "j_dead_off_by_one",
+            {"scaled_dot_product_attention", "self_attention", "multi_head_attention", "decoder_block", "gpt_forward"},
+        ),
         ("j_clf_pool_sum", {"classifier_forward", "classifier_step", "classifier_train"}),
         ("j_clf_mean_over_all_rows", {"classifier_train"}),
     ],

@@ -31,7 +31,9 @@ const ClassifierParams{T} = NamedTuple{CLASSIFIER_PARAMS,
 
 _param_sizes(p) = join(("$name $(_size_str(p[name]))" for name in CLASSIFIER_PARAMS), ", ")
 
-function _get_param(params, name::Symbol, fn::AbstractString)
+# One member of a parameter collection (NamedTuple, or Dict with Symbol or String keys); `members`
+# names the whole set in the errors (transformer.jl passes the decoder block's and GPT's).
+function _get_param(params, name::Symbol, fn::AbstractString, members = CLASSIFIER_PARAMS)
     if params isa NamedTuple
         haskey(params, name) && return params[name]
     elseif params isa AbstractDict
@@ -39,9 +41,9 @@ function _get_param(params, name::Symbol, fn::AbstractString)
         haskey(params, String(name)) && return params[String(name)]
     else
         throw(ArgumentError("$fn: params must be a NamedTuple with the members " *
-                            "$(join(CLASSIFIER_PARAMS, " ")); got a $(typeof(params))"))
+                            "$(join(members, " ")); got a $(typeof(params))"))
     end
-    throw(ArgumentError("$fn: params has no member $name; it needs $(join(CLASSIFIER_PARAMS, " ")), " *
+    throw(ArgumentError("$fn: params has no member $name; it needs $(join(members, " ")), " *
                         "got $(join(keys(params), " "))"))
 end
 

@@ -1,6 +1,6 @@
-# Native tests of our Julia port (ports/julia/src/*.jl; the classifier's, the norms', gelu's and the
-# position operations' test sets are in classifier_tests.jl, norms_tests.jl, activations_tests.jl and
-# positions_tests.jl), standard library only.
+# Native tests of our Julia port (ports/julia/src/*.jl; the classifier's, the norms', gelu's, the
+# position operations' and the transformer's test sets are in classifier_tests.jl, norms_tests.jl,
+# activations_tests.jl, positions_tests.jl and transformer_tests.jl), standard library only.
 #
 #   julia ports/julia/test/runtests.jl
 #
@@ -16,6 +16,7 @@ include(joinpath(@__DIR__, "..", "src", "classifier.jl"))
 include(joinpath(@__DIR__, "..", "src", "norms.jl"))
 include(joinpath(@__DIR__, "..", "src", "activations.jl"))
 include(joinpath(@__DIR__, "..", "src", "positions.jl"))
+include(joinpath(@__DIR__, "..", "src", "transformer.jl"))
 
 # --- independent loop implementations ------------------------------------------------------------
 function naive_softmax_column(s::AbstractVector)
@@ -164,6 +165,7 @@ try
     include(joinpath(@__DIR__, "norms_tests.jl"))
     include(joinpath(@__DIR__, "activations_tests.jl"))
     include(joinpath(@__DIR__, "positions_tests.jl"))
+    include(joinpath(@__DIR__, "transformer_tests.jl"))
 finally
     Test.pop_testset()
 end
