@@ -1,6 +1,7 @@
 # Native tests of our Julia port (ports/julia/src/*.jl; the classifier's, the norms', gelu's, the
-# position operations' and the transformer's test sets are in classifier_tests.jl, norms_tests.jl,
-# activations_tests.jl, positions_tests.jl and transformer_tests.jl), standard library only.
+# position operations', the transformer's and its gradient's test sets are in classifier_tests.jl,
+# norms_tests.jl, activations_tests.jl, positions_tests.jl, transformer_tests.jl and
+# transformer_grads_tests.jl), standard library only.
 #
 #   julia ports/julia/test/runtests.jl
 #
@@ -16,7 +17,9 @@ include(joinpath(@__DIR__, "..", "src", "classifier.jl"))
 include(joinpath(@__DIR__, "..", "src", "norms.jl"))
 include(joinpath(@__DIR__, "..", "src", "activations.jl"))
 include(joinpath(@__DIR__, "..", "src", "positions.jl"))
+include(joinpath(@__DIR__, "..", "src", "losses.jl"))
 include(joinpath(@__DIR__, "..", "src", "transformer.jl"))
+include(joinpath(@__DIR__, "..", "src", "transformer_grads.jl"))
 
 # --- independent loop implementations ------------------------------------------------------------
 function naive_softmax_column(s::AbstractVector)
@@ -166,6 +169,7 @@ try
     include(joinpath(@__DIR__, "activations_tests.jl"))
     include(joinpath(@__DIR__, "positions_tests.jl"))
     include(joinpath(@__DIR__, "transformer_tests.jl"))
+    include(joinpath(@__DIR__, "transformer_grads_tests.jl"))
 finally
     Test.pop_testset()
 end
