@@ -159,7 +159,8 @@ stacked along a last block axis (`w_q[:, :, b]` d × d, `ln1_w[:, b]`, ...), `ln
 """
 function gpt_forward(tokens::AbstractVector{<:Real}, params, num_heads; eps = nothing, approximate = "none")
     c = _check_gpt(tokens, params, num_heads, eps, "gpt_forward")
-    p, n_layer, heads, e, n = c.p, c.n_layer, c.heads, c.eps, length(tokens)
+    p, n_layer, heads, e = c.p, c.n_layer, c.heads, c.eps
+    d, n = size(p.wte, 1), length(tokens)
 
     x = p.wte[:, Int.(tokens)] .+ p.wpe[:, 1:n]                           # d × n: token + position
     for b in 1:n_layer
