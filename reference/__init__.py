@@ -29,6 +29,7 @@ from attention_ports.reference.classifier import (
     train_classifier,
     unpack_dataset,
 )
+from attention_ports.reference.losses import lm_loss
 from attention_ports.reference.masks import as_additive_mask, causal_mask, key_padding_mask
 from attention_ports.reference.norms import layer_norm, rms_norm
 from attention_ports.reference.positions import PAIRINGS, rotary_embedding, sinusoidal_positions
@@ -58,6 +59,7 @@ __all__ = [
     "init_classifier_params",
     "key_padding_mask",
     "layer_norm",
+    "lm_loss",
     "multi_head_attention",
     "pack_dataset",
     "rms_norm",

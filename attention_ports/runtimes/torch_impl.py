@@ -347,3 +347,14 @@ def _op_gpt_forward(self, inputs, options):
 TorchImplementation._op_feed_forward = _op_feed_forward
 TorchImplementation._op_decoder_block = _op_decoder_block
 TorchImplementation._op_gpt_forward = _op_gpt_forward
+# The next-token loss: torch's own cross_entropy (log_softmax, then the targets' entries, then the
+# mean over the positions not ignored). Absent, ignore_index matches no target: every position counts.
+def _op_lm_loss(self, inputs, options):
+    targets = torch.from_numpy(np.ascontiguousarray(inputs["targets"], dtype=np.int64))
+    ignore = int(np.asarray(inputs["ignore_index"]).reshape(())) if "ignore_index" in inputs else -100
+    if "ignore_index" not in inputs and bool((targets == ignore).any()):
+        raise ValueError(f"targets hold {ignore}, torch's default ignore_index, and no ignore_index is given")
+    return {"loss": F.cross_entropy(_t(inputs["logits"], self.dtype), targets, ignore_index=ignore)}
+
+
+TorchImplementation._op_lm_loss = _op_lm_loss

@@ -356,7 +356,7 @@ register(
 )
 
 
-# Next-token cross-entropy (reference/transformer.py): the mean over the counted positions of
+# Next-token cross-entropy (reference/losses.py): the mean over the counted positions of
 # logsumexp(logits_i) - logits_i[targets_i]. targets are token ids (0-based here, 1-based in R and
 # Julia); positions whose target equals ignore_index (an index like the targets, in the same base:
 # a padding token's id, or one below the first id) are not counted. ignore_index absent: every

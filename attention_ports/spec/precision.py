@@ -51,6 +51,7 @@ TIER_OPS = (
     "feed_forward",
     "decoder_block",
     "gpt_forward",
+    "lm_loss",
 )
 # The operations of the tiers with a storage format (the mixed tiers and float16): the attention
 # kernel, whose rounding points (inputs, the weights before V, outputs) the rule states. A

@@ -435,6 +435,37 @@ def gpt_forward_cases(draw: st.DrawFn) -> Drawn:
         "params.w_head": draw(values((d, vocab))),
     }
     return Drawn("gpt_forward", inputs, _options(draw, heads))
+# ---------------------------------------------------------------- losses
+
+LM_VOCAB = 12  # the catalogue's vocabulary size
+# lm_loss's regimes: ordinary logits; logits shifted by +-2^10 (exp overflows, or underflows for a
+# whole row, unless the maximum is subtracted); targets 2^5 to 2^10 below their row's maximum
+# (their probability tiny or underflowing: -log(softmax) is Inf there).
+LM_REGIMES = ("ordinary", "overflow", "underflow", "unlikely")
+LM_IGNORE = (None, "token", "outside")  # ignore_index absent, a token id (padding), or -1 / -100
+
+
+@st.composite
+def lm_loss_cases(draw: st.DrawFn) -> Drawn:
+    n, vocab = draw(st.integers(1, 8)), draw(st.integers(1, LM_VOCAB))
+    regime = draw(st.sampled_from(LM_REGIMES))
+    logits = draw(values((n, vocab), big=draw(st.booleans()), exponents=(1, 2, 3)))
+    targets = np.array(draw(st.lists(st.integers(0, vocab - 1), min_size=n, max_size=n)), dtype=np.int64)
+    if regime == "overflow":
+        logits = logits + 2.0**10
+    elif regime == "underflow":
+        logits = logits - 2.0**10
+    elif regime == "unlikely":
+        gaps = draw(st.lists(st.sampled_from([32.0, 512.0, 1024.0]), min_size=n, max_size=n))
+        logits[np.arange(n), targets] = logits.max(axis=1) - np.array(gaps)
+    inputs = {"logits": logits, "targets": targets}
+    kind = draw(st.sampled_from(LM_IGNORE))
+    if kind is not None:
+        ignore = draw(st.integers(0, vocab - 1)) if kind == "token" else draw(st.sampled_from([-1, -100]))
+        ignored = draw(st.lists(st.booleans(), min_size=n, max_size=n))  # every one, at times: NaN
+        targets[np.array(ignored)] = ignore
+        inputs["ignore_index"] = np.array(ignore, dtype=np.int64)
+    return Drawn("lm_loss", inputs)
 
 
 STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
@@ -453,6 +484,7 @@ STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "feed_forward": feed_forward_cases,
     "decoder_block": decoder_block_cases,
     "gpt_forward": gpt_forward_cases,
+    "lm_loss": lm_loss_cases,
 }
 assert set(STRATEGIES) == set(ops.OPS), "every contract operation needs a strategy"
 

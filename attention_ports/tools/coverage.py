@@ -391,6 +391,83 @@ TRANSFORMER_FEATURES: tuple[Feature, ...] = (
 )
 TRANSFORMER_FEATURES = tuple(dataclasses.replace(f, families=("transformer",)) for f in TRANSFORMER_FEATURES)
 FEATURES = FEATURES + TRANSFORMER_FEATURES
+
+
+# The losses (reference/losses.py, ops family "loss"): lm_loss's options and numeric regimes, read
+# from the logits, the targets and ignore_index themselves.
+UNLIKELY_LOGIT = 30  # a target this far below its row's maximum has probability < 1e-13
+
+
+def _counted(f: Facts) -> np.ndarray:
+    """Which positions count (their target is not ignore_index)."""
+    targets = np.asarray(f.inputs["targets"])
+    if "ignore_index" not in f.inputs:
+        return np.ones(targets.shape, dtype=bool)
+    return targets != np.asarray(f.inputs["ignore_index"]).reshape(())
+
+
+def _target_gaps(f: Facts) -> np.ndarray:
+    """Each counted position's row maximum minus its target's logit (0: the target is the argmax)."""
+    z, keep = f.inputs["logits"], _counted(f)
+    rows = np.flatnonzero(keep)
+    return z[rows].max(axis=1) - z[rows, np.asarray(f.inputs["targets"])[rows]]
+
+
+def _ignore_in_vocab(f: Facts) -> bool | None:
+    if "ignore_index" not in f.inputs:
+        return None
+    return bool(0 <= int(np.asarray(f.inputs["ignore_index"]).reshape(())) < f.inputs["logits"].shape[1])
+
+
+def _repeated(f: Facts) -> bool:
+    ids = np.asarray(f.inputs["targets"])[_counted(f)]
+    return len(ids) != len(np.unique(ids))
+
+
+LOSS_FEATURES: tuple[Feature, ...] = (
+    Feature(
+        "loss.ignore_absent",
+        "loss",
+        "ignore_index absent (every position counts)",
+        lambda f: "ignore_index" not in f.inputs,
+    ),
+    Feature("loss.ignore_given", "loss", "ignore_index given", lambda f: "ignore_index" in f.inputs),
+    Feature("loss.ignored", "loss", "a position ignored (its target is ignore_index)", lambda f: not _counted(f).all()),
+    Feature(
+        "loss.ignore_token", "loss", "ignore_index a token id (a padding token)", lambda f: _ignore_in_vocab(f) is True
+    ),
+    Feature(
+        "loss.ignore_outside",
+        "loss",
+        "ignore_index outside the vocabulary (-1, -100)",
+        lambda f: _ignore_in_vocab(f) is False,
+    ),
+    Feature("loss.one_position", "loss", "one position (n = 1)", lambda f: f.inputs["logits"].shape[0] == 1),
+    Feature("loss.repeated", "loss", "a token id the target of two counted positions", _repeated),
+    Feature(
+        "loss.argmax",
+        "loss",
+        "every counted target its row's argmax",
+        lambda f: bool(_counted(f).any() and (_target_gaps(f) == 0).all()),
+    ),
+    Feature(
+        "loss.unlikely",
+        "loss",
+        f"a counted target {UNLIKELY_LOGIT} below its row's maximum (probability < 1e-13)",
+        lambda f: bool((_target_gaps(f) >= UNLIKELY_LOGIT).any()),
+    ),
+    Feature(
+        "loss.overflow", "loss", "logits > 709 (exp overflows)", lambda f: bool((f.inputs["logits"] > OVERFLOW).any())
+    ),
+    Feature(
+        "loss.underflow",
+        "loss",
+        "a row of logits all < -745 (every exp underflows)",
+        lambda f: bool((f.inputs["logits"] < UNDERFLOW).all(axis=1).any()),
+    ),
+)
+LOSS_FEATURES = tuple(dataclasses.replace(f, families=("loss",)) for f in LOSS_FEATURES)
+FEATURES = FEATURES + LOSS_FEATURES
 FEATURE_KEYS = {feat.key for feat in FEATURES}
 GROUPS = {feat.group for feat in FEATURES}
 
@@ -495,6 +572,8 @@ def facts_from(op: str, options: Mapping[str, Any], inputs: dict[str, np.ndarray
         pass  # its regimes are classifier_step's, per sentence: marked not applicable in the catalogue
     elif ops.get(op).family == "activation":
         pass  # elementwise: its features read the inputs and options themselves
+    elif ops.get(op).family == "loss":
+        pass  # its features read the logits, targets and ignore_index themselves
     elif ops.get(op).family == "norm":
         x = inputs["x"]
         f.mean, f.std = x.mean(axis=1), x.std(axis=1)
@@ -641,6 +720,7 @@ SHORT = {
     "feed_forward": "FFN",
     "decoder_block": "block",
     "gpt_forward": "GPT",
+    "lm_loss": "LM loss",
 }
 
 

@@ -231,7 +231,8 @@ NOTES: dict[str, str] = {
     ),
     "lm_loss": (
         "Next-token cross-entropy: the mean over counted positions of logsumexp(logits_i) - logits_i[targets_i];\n"
-        "a position whose target equals ignore_index is not counted. Use a stable log-sum-exp."
+        "a position whose target equals ignore_index is not counted (none counted: NaN, 0/0 as torch).\n"
+        "Use a stable log-sum-exp (logits of 1e3 overflow exp)."
     ),
     "adamw_step": (
         "m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad^2; param = param (1 - lr wd)\n"
@@ -310,7 +311,10 @@ def _returns(spec: ops.OpSpec, lang: str) -> list[str]:
         else:
             parts.append(out)
     if len(spec.outputs) == 1:  # a single output comes back bare, not in a list
-        return [f"# returns the {shape(spec.name, spec.outputs[0], lang).split(';')[0]} array itself"]
+        what = shape(spec.name, spec.outputs[0], lang).split(";")[0]
+        if not SHAPES[spec.name][_base(spec.outputs[0])]:  # 0-D (lm_loss's loss): a number, not an array
+            return [f"# returns {spec.outputs[0]}, {what}, itself"]
+        return [f"# returns the {what} array itself"]
     open_, close = ("list(", ")") if lang == "r" else ("(", ")")
 
     def one(name: str) -> str:

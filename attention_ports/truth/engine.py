@@ -40,10 +40,10 @@ from flint import arb, arb_mat, ctx
 
 # activations, norms: families whose graphs live in their own modules; importing one registers its
 # operations in exact.GRAPHS (exact.register_graph). A new family adds its module to this import.
-from attention_ports.truth import activations, bounds, exact, norms, positions, rounding, transformer
+from attention_ports.truth import activations, bounds, exact, losses, norms, positions, rounding, transformer
 from attention_ports.truth.exact import BOUND_PREC, InputError, Out
 
-FAMILIES = (activations, norms, positions, transformer)  # the family modules imported for their registrations
+FAMILIES = (activations, losses, norms, positions, transformer)  # the family modules imported for their registrations
 LIBRARY = "python-flint"
 METHOD = "arb ball arithmetic, certified round-to-nearest"
 MAX_PREC = 1 << 16

@@ -65,10 +65,10 @@ def test_cli_readme_refuses_a_file_without_the_markers(tmp_path: Path) -> None:
 def test_the_stability_flag_is_honest(features_by_case: dict[str, set[str]]) -> None:
     """A case flagged 'stability' must really overflow or underflow exp somewhere (issue 9), or
     hold a nearly constant row where a one-pass variance cancels (the normalisation layers), or
-    reach gelu's negative tail, where 1 + erf cancels (the transformer: a nearly constant row into
-    its first norm)."""
+    reach gelu's negative tail, where 1 + erf cancels, hold logits of the loss beyond exp's range
+    (the transformer: a nearly constant row into its first norm)."""
     stable = {"regime.overflow", "regime.underflow", "regime.out_overflow", "regime.out_underflow"}
-    stable |= {"norm.cancellation", "act.negative_tail", "tf.near_constant"}
+    stable |= {"norm.cancellation", "act.negative_tail", "loss.overflow", "loss.underflow", "tf.near_constant"}
     for case in load_catalogue(CATALOGUE).cases:
         if "stability" in case.flags:
             assert features_by_case[case.id] & stable, f"{case.id} is flagged stability but no logit leaves exp's range"
@@ -101,6 +101,11 @@ def test_the_stability_flag_is_honest(features_by_case: dict[str, set[str]]) -> 
             {"tf.short_context", "tf.one_block", "tf.heads_one"},
         ),
         ("gpt_one_token", {"tf.one_token", "tf.short_context", "tf.one_block", "tf.heads_one"}, {"tf.repeated"}),
+        (
+            "lm_padding_id0_ignored",
+            {"loss.ignore_given", "loss.ignored", "loss.ignore_token", "loss.repeated"},
+            {"loss.ignore_outside", "loss.overflow", "loss.argmax", "regime.overflow"},
+        ),
     ],
 )
 def test_features_are_read_from_the_data(

@@ -1,7 +1,7 @@
 # Native tests of our Julia port (ports/julia/src/*.jl; the classifier's, the norms', gelu's, the
 # position operations', the transformer's and its gradient's test sets are in classifier_tests.jl,
-# norms_tests.jl, activations_tests.jl, positions_tests.jl, transformer_tests.jl and
-# transformer_grads_tests.jl), standard library only.
+# norms_tests.jl, activations_tests.jl, positions_tests.jl, transformer_tests.jl,
+# transformer_grads_tests.jl and losses_tests.jl), standard library only.
 #
 #   julia ports/julia/test/runtests.jl
 #
@@ -170,6 +170,7 @@ try
     include(joinpath(@__DIR__, "positions_tests.jl"))
     include(joinpath(@__DIR__, "transformer_tests.jl"))
     include(joinpath(@__DIR__, "transformer_grads_tests.jl"))
+    include(joinpath(@__DIR__, "losses_tests.jl"))
 finally
     Test.pop_testset()
 end
