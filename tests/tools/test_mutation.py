@@ -133,7 +133,8 @@ def test_materialised_mutant_is_one_edit_of_the_whole_port(mutants: list[mutatio
 
 
 # The R port's block and model: built on its scaled dot-product attention and projections.
-_R_TRANSFORMER = {"decoder_block", "gpt_forward"}
+# the block's attention and norms are reached from the model, and from its gradient's forward
+_R_TRANSFORMER = {"decoder_block", "gpt_forward", "gpt_grads"}
 
 
 @pytest.mark.parametrize(
@@ -142,7 +143,7 @@ _R_TRANSFORMER = {"decoder_block", "gpt_forward"}
         # the attention operations call softmax, and so does the R decoder block's attention; the
         # norms, activations and positions do not
         ("r_softmax_no_max", {op for op, spec in ops.OPS.items() if spec.family == "attention"} | _R_TRANSFORMER),
-        ("r_ln_one_pass_variance", {"layer_norm", "decoder_block", "gpt_forward"}),
+        ("r_ln_one_pass_variance", {"layer_norm"} | _R_TRANSFORMER),
         ("r_tf_ffn_always_tanh", {"feed_forward", "decoder_block", "gpt_forward"}),
         ("r_tf_tokens_zero_based", {"gpt_forward"}),
         ("j_rms_centred", {"rms_norm"}),
@@ -154,12 +155,21 @@ _R_TRANSFORMER = {"decoder_block", "gpt_forward"}
         # the transformer's causal attention calls scaled_dot_product_attention
         (
             "j_dead_off_by_one",
-            {"scaled_dot_product_attention", "self_attention", "multi_head_attention", "decoder_block", "gpt_forward"},
+            {
+                "scaled_dot_product_attention",
+                "self_attention",
+                "multi_head_attention",
+                "decoder_block",
+                "gpt_forward",
+                "gpt_grads",
+            },
         ),
         ("j_clf_pool_sum", {"classifier_forward", "classifier_step", "classifier_train"}),
         ("j_clf_mean_over_all_rows", {"classifier_train"}),
-        ("r_lm_no_max", {"lm_loss"}),  # the loss has its own log-sum-exp: no softmax mutant reaches it
-        ("j_lm_ignore_dropped", {"lm_loss"}),
+        # the loss has its own log-sum-exp: no softmax mutant reaches it; the gradient's loss is lm_loss
+        ("r_lm_no_max", {"lm_loss", "gpt_grads"}),
+        ("j_lm_ignore_dropped", {"lm_loss", "gpt_grads"}),
+        ("j_gg_no_count", {"gpt_grads"}),  # the backward is its own: no forward operation calls it
     ],
 )
 def test_reachability_follows_the_call_graph(mutants: list[mutation.Mutant], mutant_id: str, reaches: set[str]) -> None:

@@ -123,16 +123,10 @@ function decoder_block(x::AbstractMatrix{T}, params, num_heads; eps = nothing,
 end
 decoder_block(x::AbstractMatrix{<:Integer}, args...; kw...) = decoder_block(float(x), args...; kw...)
 
-"""
-    gpt_forward(tokens, params, num_heads; eps = nothing, approximate = "none")
-
-GPT-2's forward pass: `tokens` are n 1-based token ids; `params` holds `wte` (d × vocab, column t is
-token t, as Flux's `Embedding`), `wpe` (d × n_ctx, column p is position p), every block's parameters
-stacked along a last block axis (`w_q[:, :, b]` d × d, `ln1_w[:, b]`, ...), `lnf_w`, `lnf_b` and
-`w_head` (vocab × d). Returns `logits`, vocab × n: a column per position.
-"""
-function gpt_forward(tokens::AbstractVector{<:Real}, params, num_heads; eps = nothing, approximate = "none")
-    fn = "gpt_forward"
+# The GPT's inputs checked (the forward and its gradient share them): the parameters as a
+# NamedTuple of GPT_PARAMS (every size from wte, ln1_w, w_1 and wpe), the tokens as Ints, the
+# number of heads and eps (nothing: 1e-5).
+function _check_gpt(tokens, params, num_heads, eps, fn::AbstractString)
     wte = _get_param(params, :wte, fn, GPT_PARAMS)
     wte isa AbstractMatrix{<:Real} || throw(ArgumentError("$fn: params.wte must be d×vocab; got $(typeof(wte))"))
     (d, vocab), n = size(wte), length(tokens)
@@ -151,7 +145,22 @@ function gpt_forward(tokens::AbstractVector{<:Real}, params, num_heads; eps = no
         throw(ArgumentError("$fn: tokens must be 1-based token ids in 1:$vocab (wte is d×vocab = " *
                             "$(_size_str(p.wte))); got $(repr(tokens))"))
     heads = _check_heads(num_heads, d, fn)
-    e = eps === nothing ? DEFAULT_NORM_EPS : eps
+    return (p = p, tokens = Int.(tokens), n_layer = n_layer, heads = heads,
+            eps = eps === nothing ? DEFAULT_NORM_EPS : eps)
+end
+
+"""
+    gpt_forward(tokens, params, num_heads; eps = nothing, approximate = "none")
+
+GPT-2's forward pass: `tokens` are n 1-based token ids; `params` holds `wte` (d × vocab, column t is
+token t, as Flux's `Embedding`), `wpe` (d × n_ctx, column p is position p), every block's parameters
+stacked along a last block axis (`w_q[:, :, b]` d × d, `ln1_w[:, b]`, ...), `lnf_w`, `lnf_b` and
+`w_head` (vocab × d). Returns `logits`, vocab × n: a column per position.
+"""
+function gpt_forward(tokens::AbstractVector{<:Real}, params, num_heads; eps = nothing, approximate = "none")
+    c = _check_gpt(tokens, params, num_heads, eps, "gpt_forward")
+    p, n_layer, heads, e = c.p, c.n_layer, c.heads, c.eps
+    d, n = size(p.wte, 1), length(tokens)
 
     x = p.wte[:, Int.(tokens)] .+ p.wpe[:, 1:n]                           # d × n: token + position
     for b in 1:n_layer

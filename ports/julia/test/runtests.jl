@@ -1,6 +1,7 @@
 # Native tests of our Julia port (ports/julia/src/*.jl; the classifier's, the norms', gelu's, the
-# position operations', lm_loss's, the transformer's and adamw_step's test sets are in classifier_tests.jl, norms_tests.jl,
-# activations_tests.jl, positions_tests.jl, losses_tests.jl, transformer_tests.jl and optim_tests.jl), standard library only.
+# position operations', lm_loss's, the transformer's, its gradient's and adamw_step's test sets are in
+# classifier_tests.jl, norms_tests.jl, activations_tests.jl, positions_tests.jl, losses_tests.jl,
+# transformer_tests.jl, transformer_grads_tests.jl and optim_tests.jl), standard library only.
 #
 #   julia ports/julia/test/runtests.jl
 #
@@ -19,6 +20,7 @@ include(joinpath(@__DIR__, "..", "src", "positions.jl"))
 include(joinpath(@__DIR__, "..", "src", "losses.jl"))
 include(joinpath(@__DIR__, "..", "src", "transformer.jl"))
 include(joinpath(@__DIR__, "..", "src", "optim.jl"))
+include(joinpath(@__DIR__, "..", "src", "transformer_grads.jl"))
 
 # --- independent loop implementations ------------------------------------------------------------
 function naive_softmax_column(s::AbstractVector)
@@ -169,6 +171,7 @@ try
     include(joinpath(@__DIR__, "positions_tests.jl"))
     include(joinpath(@__DIR__, "losses_tests.jl"))
     include(joinpath(@__DIR__, "transformer_tests.jl"))
+    include(joinpath(@__DIR__, "transformer_grads_tests.jl"))
     include(joinpath(@__DIR__, "optim_tests.jl"))
 finally
     Test.pop_testset()

@@ -122,8 +122,10 @@ decoder_block <- function(x, params, num_heads, eps = 1e-5, approximate = "none"
   if (length(dim(stack)) == 3L) matrix(stack[b, , ], dim(stack)[2L], dim(stack)[3L]) else stack[b, ]
 }
 
-gpt_forward <- function(tokens, params, num_heads, eps = 1e-5, approximate = "none") {
-  fn <- "gpt_forward"
+# The GPT's inputs checked (the forward and its gradient share them): params against the shapes
+# that wte, w_q, w_1 and wpe give, the tokens, num_heads and eps (NULL: 1e-5). Returns n_layer,
+# num_heads as an integer and eps.
+.check_gpt <- function(tokens, params, num_heads, eps, fn) {
   if (!is.list(params) || !is.numeric(params$wte) || !is.matrix(params$wte) ||
         length(dim(params$w_q)) != 3L || length(dim(params$w_1)) != 3L) {
     stop(sprintf(paste0("%s: params must be a named list with wte (vocab x d) and the blocks' ",
@@ -153,6 +155,16 @@ gpt_forward <- function(tokens, params, num_heads, eps = 1e-5, approximate = "no
   }
   num_heads <- .check_num_heads(num_heads, d, fn)
   if (is.null(eps)) eps <- 1e-5  # an absent option is NULL (ports/CONTRACT.md)
+  list(n_layer = n_layer, num_heads = num_heads, eps = eps)
+}
+
+gpt_forward <- function(tokens, params, num_heads, eps = 1e-5, approximate = "none") {
+  fn <- "gpt_forward"
+  checked <- .check_gpt(tokens, params, num_heads, eps, fn)
+  n_layer <- checked$n_layer
+  num_heads <- checked$num_heads
+  eps <- checked$eps
+  n <- length(tokens)
 
   x <- params$wte[tokens, , drop = FALSE] + params$wpe[seq_len(n), , drop = FALSE]  # n x d
   for (b in seq_len(n_layer)) {
