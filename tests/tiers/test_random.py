@@ -43,6 +43,8 @@ def test_generated_cases(impl_name: str, impl: Implementation, port_paths: dict[
 # Every regime the strategies are for, per operation: 100 draws of each (CI's seed) reach each.
 REGIMES = ("regime.overflow", "regime.underflow", "regime.ties", "regime.one_query", "regime.distinct")
 MASKS = ("mask.none", "mask.bool", "mask.inf", "mask.finite", "mask.causal", "mask.padding", "mask.dead")
+_TF = {f.key for f in coverage.TRANSFORMER_FEATURES}
+_GPT_ONLY = {"tf.short_context", "tf.one_block", "tf.blocks"}  # a model's context and block stack
 MUST_REACH = {
     "softmax": {*REGIMES, "regime.one_key", "mask.inf", "mask.dead"},
     "scaled_dot_product_attention": {*REGIMES, *MASKS, "regime.one_key", "scale.one", "scale.custom"},
@@ -67,6 +69,16 @@ MUST_REACH = {
         "positions.base_default",
         "positions.base_custom",
     },
+    # the transformer's, the loss's and the optimizer's families: every feature that applies to the
+    # operation, but feed_forward's large rows (the catalogue's ffn_large_* pin them; its draws stay
+    # below 100) and gpt_grads' large and nearly constant embeddings (its bound's slack there, the
+    # catalogue's coverage.not_applicable.gpt_grads)
+    "feed_forward": _TF - {"tf.eps_given", "tf.heads_one", "tf.heads_many", "tf.large", "tf.near_constant", *_GPT_ONLY},
+    "decoder_block": _TF - _GPT_ONLY,
+    "gpt_forward": _TF,
+    "gpt_grads": _TF - {"tf.large", "tf.near_constant"},
+    "lm_loss": {f.key for f in coverage.FEATURES if f.key.startswith("loss.")},
+    "adamw_step": {f.key for f in coverage.FEATURES if f.key.startswith("opt.")},
 }
 
 
