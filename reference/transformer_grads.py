@@ -25,27 +25,9 @@ from typing import Any
 import numpy as np
 from attention_ports.reference.activations import APPROXIMATIONS, TANH_CUBIC, _erf, gelu
 from attention_ports.reference.losses import lm_loss
+from attention_ports.reference.transformer import BLOCK_PARAMS, GPT_PARAMS
 from attention_ports.reference.validate import float_dtype
 
-BLOCK_PARAMS = (
-    "ln1_w",
-    "ln1_b",
-    "w_q",
-    "b_q",
-    "w_k",
-    "b_k",
-    "w_v",
-    "b_v",
-    "w_o",
-    "b_o",
-    "ln2_w",
-    "ln2_b",
-    "w_1",
-    "b_1",
-    "w_2",
-    "b_2",
-)
-GPT_PARAMS = ("wte", "wpe", *BLOCK_PARAMS, "lnf_w", "lnf_b", "w_head")
 _K_TANH = math.sqrt(2 / math.pi)
 
 
