@@ -13,7 +13,7 @@ mean, which is the porting bug the catalogue's cancellation cases catch.
 from __future__ import annotations
 
 import numpy as np
-from attention_ports.reference.validate import as_float_matrix, check_finite
+from attention_ports.reference.validate import check_finite, token_rows
 
 DEFAULT_EPS = 1e-5  # torch's default for both layer_norm and rms_norm (nn.LayerNorm, nn.RMSNorm)
 
@@ -24,14 +24,6 @@ def _vector(a: object, name: str, d: int, x: np.ndarray) -> np.ndarray:
         raise ValueError(f"{name} must be a vector of length d = {d} (x is {x.shape}); got shape {arr.shape}")
     check_finite(arr, name)
     return arr
-
-
-def _rows(x: object) -> np.ndarray:
-    x = as_float_matrix(x, "x")
-    if x.size == 0:
-        raise ValueError(f"x must hold at least one token and one feature; got shape {x.shape}")
-    check_finite(x, "x")
-    return x
 
 
 def _eps(eps: float | None) -> float:
@@ -45,7 +37,7 @@ def layer_norm(
     x: np.ndarray, weight: np.ndarray | None = None, bias: np.ndarray | None = None, eps: float | None = None
 ) -> np.ndarray:
     """``(x - mean) / sqrt(var + eps) * weight + bias`` per row; var is the biased variance (over d)."""
-    x = _rows(x)
+    x = token_rows(x)
     d = x.shape[1]
     e = _eps(eps)
     mean = np.mean(x, axis=1, keepdims=True)
@@ -61,7 +53,7 @@ def layer_norm(
 
 def rms_norm(x: np.ndarray, weight: np.ndarray | None = None, eps: float | None = None) -> np.ndarray:
     """``x / sqrt(mean(x^2) + eps) * weight`` per row (no centring, no bias)."""
-    x = _rows(x)
+    x = token_rows(x)
     d = x.shape[1]
     e = _eps(eps)
     y = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + e)

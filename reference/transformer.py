@@ -22,7 +22,7 @@ from attention_ports.reference.activations import gelu
 from attention_ports.reference.attention import multi_head_attention
 from attention_ports.reference.masks import causal_mask
 from attention_ports.reference.norms import layer_norm
-from attention_ports.reference.validate import as_float_matrix, check_finite, float_dtype
+from attention_ports.reference.validate import as_float_matrix, check_finite, float_dtype, token_rows
 
 # The members of decoder_block's params, and of gpt_forward's params, in the contract's order
 # (attention_ports/spec/ops.py: BLOCK_PARAMS, GPT_PARAMS).
@@ -52,14 +52,6 @@ def _array(a: object, name: str, shape: tuple[int, ...], dims: str, like: np.nda
         raise ValueError(f"{name} must be {dims} = {shape}; got shape {arr.shape}")
     check_finite(arr, name)
     return arr
-
-
-def _tokens_matrix(x: object) -> np.ndarray:
-    x = as_float_matrix(x, "x")
-    if x.size == 0:
-        raise ValueError(f"x must hold at least one token and one feature; got shape {x.shape}")
-    check_finite(x, "x")
-    return x
 
 
 def _members(params: object, names: tuple[str, ...], where: str) -> dict[str, object]:
@@ -100,7 +92,7 @@ def feed_forward(
 ) -> np.ndarray:
     """The position-wise feed-forward ``gelu(x W_1 + b_1) W_2 + b_2``: x (n x d), W_1 (d x d_ff),
     b_1 (d_ff), W_2 (d_ff x d), b_2 (d); returns n x d. ``approximate`` is gelu's ("none" when absent)."""
-    x = _tokens_matrix(x)  # (n, d)
+    x = token_rows(x)  # (n, d)
     d = x.shape[1]
     w_1 = np.asarray(w_1, dtype=float_dtype(x))
     if w_1.ndim != 2 or w_1.shape[0] != d or w_1.shape[1] < 1:
@@ -159,7 +151,7 @@ def decoder_block(
     (projections d x d, vectors of length d, ``w_1`` d x d_ff, ``b_1`` d_ff, ``w_2`` d_ff x d).
     ``eps`` is the layer norms' (1e-5 when absent), ``approximate`` gelu's ("none" when absent).
     """
-    x = _tokens_matrix(x)  # (n, d)
+    x = token_rows(x)  # (n, d)
     d = x.shape[1]
     heads = _num_heads(num_heads, d, "decoder_block")
     p = _block_params(params, d, x, lambda n: f"params.{n}")

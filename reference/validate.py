@@ -23,3 +23,12 @@ def check_finite(arr: np.ndarray, name: str) -> None:
         raise ValueError(
             f"{name} (shape {arr.shape}) must be finite; found {arr[tuple(bad)]} at index {tuple(int(i) for i in bad)}"
         )
+
+
+def token_rows(x: object, name: str = "x") -> np.ndarray:
+    """A finite matrix of at least one token (row) and one feature, in its float dtype."""
+    arr = as_float_matrix(x, name)
+    if arr.size == 0:
+        raise ValueError(f"{name} must hold at least one token and one feature; got shape {arr.shape}")
+    check_finite(arr, name)
+    return arr

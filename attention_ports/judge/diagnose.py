@@ -859,17 +859,19 @@ def _ln(x, eps, axis=1, ddof=0, outside=False, mu=None):
     return c / (np.sqrt(var) + eps) if outside else c / np.sqrt(var + eps)
 
 
+def _other_gelu(options: Mapping[str, Any]) -> tuple[str, str]:
+    """gelu's form the case did not ask for, and the line naming that mistake."""
+    form = options.get("approximate") or "none"
+    other = "tanh" if form == "none" else "none"
+    want = {"none": "the erf form", "tanh": "the tanh approximation"}
+    return other, f'gelu computes {want[other]} where approximate = "{form}" asks for {want[form]}'
+
+
 def _norm_variants(op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]):
     """(key, what the port did, its output y) for the known mistakes of ``op``."""
     if op == "gelu":
-        form = options.get("approximate") or "none"
-        other = "tanh" if form == "none" else "none"
-        want = {"none": "the erf form", "tanh": "the tanh approximation"}
-        yield (
-            f"gelu={other}",
-            f'gelu computes {want[other]} where approximate = "{form}" asks for {want[form]}',
-            lambda: _reference("gelu", inputs, {**options, "approximate": other})["y"],
-        )
+        other, line = _other_gelu(options)
+        yield (f"gelu={other}", line, lambda: _reference("gelu", inputs, {**options, "approximate": other})["y"])
         return
     x, w, b, eps = _norm_parts(inputs, options)
     if op == "rms_norm":
@@ -1043,12 +1045,10 @@ def _transformer_variants(ctx: Context):
             "query i may see keys 1..i only (mask the scores of keys j > i with -Inf before the softmax)",
             lambda: _variant(op, inputs, options, causal=False),
         )
-    form = options.get("approximate") or "none"
-    other = "tanh" if form == "none" else "none"
-    want = {"none": "the erf form", "tanh": "the tanh approximation"}
+    other, line = _other_gelu(options)
     yield (
         f"tf=gelu_{other}",
-        f'gelu computes {want[other]} where approximate = "{form}" asks for {want[form]}',
+        line,
         lambda: _reference(op, inputs, {**options, "approximate": other})[ops.get(op).outputs[0]],
     )
     if op == "feed_forward":
