@@ -55,7 +55,10 @@ End
   ``setsid``) is adopted by this process, a child subreaper on Linux, and killed and reaped with
   its worker on every one of these paths (:mod:`attention_ports.runtimes.reaper`: which processes, and its
   limits). Only SIGKILL of this process leaves a background process behind (only the worker has
-  the parent-death signal).
+  the parent-death signal). Each worker's ``$TMPDIR`` is a folder of its own, removed on every
+  one of these paths once the worker is gone: R and Julia remove their temporary folders only on a
+  clean exit, and a killed worker would leave one behind in the user's ``/tmp`` each time. SIGKILL
+  of this process leaves that folder too.
 """
 
 from __future__ import annotations
@@ -67,8 +70,10 @@ import math
 import os
 import queue
 import select
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import weakref
@@ -203,8 +208,19 @@ class _Spawner:
 _SPAWNER = _Spawner()
 # pid (= process group id) of every live worker, for shutdown_all; plain ints, no locks needed.
 _LIVE: dict[int, str] = {}
-# A forked child (multiprocessing) has no workers: its exit must not kill its parent's.
+# pid -> the worker's $TMPDIR, until it is removed (after the worker and its processes are gone).
+_TMPDIRS: dict[int, str] = {}
+# A forked child (multiprocessing) has no workers: its exit must not kill its parent's, nor remove
+# their folders.
 os.register_at_fork(after_in_child=_LIVE.clear)
+os.register_at_fork(after_in_child=_TMPDIRS.clear)
+
+
+def _remove_tmpdir(pid: int, path: str) -> None:
+    """The worker's temporary folder, once nothing of it runs (what a port left there goes too)."""
+    if _TMPDIRS.get(pid) == path:
+        del _TMPDIRS[pid]
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def shutdown_all() -> None:
@@ -230,6 +246,9 @@ def shutdown_all() -> None:
                 break
             time.sleep(0.005)
         _LIVE.pop(pid, None)
+        tmpdir = _TMPDIRS.get(pid)
+        if tmpdir is not None:
+            _remove_tmpdir(pid, tmpdir)
 
 
 atexit.register(shutdown_all)
@@ -320,8 +339,11 @@ class _Died(Exception):
 class _Process:
     """One started worker: its Popen, our ends of its pipes, a pidfd to see it exit."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], request: int, reply: int, output: int, token: str) -> None:
+    def __init__(
+        self, popen: subprocess.Popen[bytes], request: int, reply: int, output: int, token: str, tmpdir: str
+    ) -> None:
         self.popen, self.request, self.reply = popen, request, reply
+        self.tmpdir = tmpdir  # its $TMPDIR, removed with it (end)
         self.token = token  # its $ATTENTION_PORTS_REAP, inherited by whatever it starts (reaper)
         self.output = _Output(output)
         self.ended = False
@@ -399,6 +421,7 @@ class _Process:
                     pass
         self.output.open = False
         _LIVE.pop(self.pid, None)
+        _remove_tmpdir(self.pid, self.tmpdir)
         return self.popen.returncode
 
 
@@ -419,7 +442,12 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str]) -> _Process:
         except OSError:  # above /proc/sys/fs/pipe-max-size for an unprivileged user
             pass
     token = reaper.new_token()
-    full_env = {**env, FDS_ENV: f"{request_r},{reply_w}", PARENT_ENV: str(os.getpid()), reaper.TOKEN_ENV: token}
+    # A temporary folder of its own: R and Julia put theirs under $TMPDIR and remove it only on a
+    # clean exit, so a worker killed on a timeout (or a port's own temporary files) would otherwise
+    # leave /tmp/Rtmp* behind, one per killed worker. Removed when the worker ends, however it ends.
+    tmpdir = tempfile.mkdtemp(prefix="attention-ports-worker-", dir=env.get("TMPDIR") or None)
+    temp = {"TMPDIR": tmpdir, "TMP": tmpdir, "TEMP": tmpdir}
+    full_env = {**env, **temp, FDS_ENV: f"{request_r},{reply_w}", PARENT_ENV: str(os.getpid()), reaper.TOKEN_ENV: token}
     try:
         popen = _SPAWNER.run(
             lambda: subprocess.Popen(
@@ -435,6 +463,7 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str]) -> _Process:
     except BaseException:
         for fd in ours:
             os.close(fd)
+        shutil.rmtree(tmpdir, ignore_errors=True)
         raise
     finally:
         for fd in theirs:
@@ -442,7 +471,8 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str]) -> _Process:
     for fd in ours:
         os.set_blocking(fd, False)
     _LIVE[popen.pid] = argv[0]
-    return _Process(popen, request_w, reply_r, output_r, token)
+    _TMPDIRS[popen.pid] = tmpdir
+    return _Process(popen, request_w, reply_r, output_r, token, tmpdir)
 
 
 # --- the supervisor -------------------------------------------------------------------------------

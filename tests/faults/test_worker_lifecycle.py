@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from attention_ports.runtimes import supervisor
+from attention_ports.runtimes.impl import ImplementationError
 from attention_ports.runtimes.registry import create
 from tests.faults.conftest import SOFTMAX, alive, children_of, port, wait_for, zombies
 
@@ -37,9 +38,11 @@ def _worker_of(pid: int, lang: str) -> int | None:
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"])
 def test_killing_verify_leaves_no_worker_behind(lang: str, how: signal.Signals, tmp_path: Path) -> None:
     """SIGINT, SIGTERM or SIGKILL to ``verify`` while its port hangs: ``verify`` ends at once, and the
-    worker too (the call is abandoned and its worker killed; or the parent-death signal)."""
-    flag = tmp_path / "hanging"
-    env = {**os.environ, "FAULT_FLAG": str(flag), "PYTHONPATH": str(ROOT)}
+    worker too (the call is abandoned and its worker killed; or the parent-death signal). The
+    worker's temporary folder goes with it, but after SIGKILL, which no code of ours outlives."""
+    flag, root = tmp_path / "hanging", tmp_path / "tmp"
+    root.mkdir()
+    env = {**os.environ, "FAULT_FLAG": str(flag), "PYTHONPATH": str(ROOT), "TMPDIR": str(root)}
     argv = ["verify", "--port", f"{lang}={port(lang, 'hangs')}", "--case", SOFTMAX]
     cli = subprocess.Popen(
         [sys.executable, "-m", "attention_ports.cli", *argv],
@@ -54,6 +57,7 @@ def test_killing_verify_leaves_no_worker_behind(lang: str, how: signal.Signals, 
         cli.send_signal(how)
         cli.wait(timeout=10)  # a port in R's `repeat {}` once ignored five SIGINTs
         wait_for(lambda: not alive(worker), timeout=10, what=f"the {lang} worker {worker} gone")
+        assert len(list(root.iterdir())) == (1 if how == signal.SIGKILL else 0)
     finally:
         if cli.poll() is None:
             cli.kill()
@@ -125,3 +129,30 @@ def test_a_forked_child_of_the_run_ends_none_of_its_workers(r: str) -> None:
         assert impl.supervisor.starts == 1
     finally:
         impl.close()
+
+
+def test_a_killed_worker_leaves_no_temporary_folder(
+    lang: str, short_limits: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R and Julia remove their temporary folders only on a clean exit: a worker killed on a timeout
+    would leave one in the user's ``/tmp`` per kill. Each worker's ``$TMPDIR`` is a folder of its
+    own, gone once the worker is, on a timeout and on close (supervisor, "End")."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setenv("TMPDIR", str(root))
+    monkeypatch.setenv("FAULT_FLAG", str(tmp_path / "hanging"))
+    x = np.array([[1.0, 2.0, 3.0], [0.5, 0.5, 0.5]])
+    impl = create(lang, port(lang, "hangs_in_attention"))
+    try:
+        impl.run("softmax", {"x": x}, {})
+        (folder,) = root.iterdir()  # the live worker's own
+        assert folder.name.startswith("attention-ports-worker-")
+        (folder / "a port's file").write_text("left behind")
+        with pytest.raises(ImplementationError, match="timed out"):
+            impl.run("scaled_dot_product_attention", {"q": x, "k": x, "v": x}, {})
+        assert list(root.iterdir()) == []  # killed: its folder went with it
+        impl.run("softmax", {"x": x}, {})  # a new worker, a new folder: gone at close
+        assert len(list(root.iterdir())) == 1
+    finally:
+        impl.close()
+    assert list(root.iterdir()) == []
