@@ -52,9 +52,11 @@ def test_no_escaped_process_outlives_a_timeout_or_close(
     lang: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The library route (as the pytest plugin's pool uses it): each way a worker ends takes with
-    it what its port moved out of its group, at once."""
-    marker, flag = _marker(), tmp_path / "started"
-    for name, value in _env(marker, flag).items():
+    it what its port moved out of its group, at once; and its temporary folder (R and Julia remove
+    theirs only on a clean exit: a killed worker left one in /tmp each time)."""
+    marker, flag, root = _marker(), tmp_path / "started", tmp_path / "tmp"
+    root.mkdir()
+    for name, value in _env(marker, flag, TMPDIR=str(root)).items():
         monkeypatch.setenv(name, value)
     x = np.array([[1.0, 2.0, 3.0], [0.5, 0.5, 0.5]])
     impl = create(lang, port(lang, "escapes_its_group"))
@@ -65,18 +67,24 @@ def test_no_escaped_process_outlives_a_timeout_or_close(
         # exp, a sum of 3 and a division, each within an ulp or so, in R or Julia and in NumPy
         np.testing.assert_allclose(got["y"], want, rtol=8 * EPS, atol=0)
         assert len(sleepers(marker + SOFTMAX_OP)) == 3  # all three escaped and run: the port waited for them
+        (folder,) = root.iterdir()  # the live worker's own $TMPDIR
+        assert folder.name.startswith("attention-ports-worker-")
+        (folder / "a port's file").write_text("left behind")
 
         with pytest.raises(ImplementationError, match=r"timed out after .* in scaled_dot_product_attention"):
             impl.run("scaled_dot_product_attention", {"q": x, "k": x, "v": x}, {})
         assert Path(f"{flag}{SDPA_OP}").exists()  # its sleeps had started before it hung
         assert sleepers(marker) == []  # this call's and softmax's: gone with the worker, when the call fails
+        assert list(root.iterdir()) == []  # its folder too
 
         impl.run("softmax", {"x": x}, {})  # a new worker, and new sleeps: gone at close, below
         assert len(sleepers(marker + SOFTMAX_OP)) == 3
+        assert len(list(root.iterdir())) == 1
     finally:
         impl.close()
     assert sleepers(marker) == []
     assert zombies() == []
+    assert list(root.iterdir()) == []
 
 
 def test_no_escaped_process_outlives_verify_and_its_report_is_complete(lang: str, tmp_path: Path) -> None:

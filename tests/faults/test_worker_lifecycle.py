@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from attention_ports.runtimes import supervisor
-from attention_ports.runtimes.impl import ImplementationError
 from attention_ports.runtimes.registry import create
 from tests.faults.conftest import SOFTMAX, alive, children_of, port, wait_for, zombies
 
@@ -129,30 +128,3 @@ def test_a_forked_child_of_the_run_ends_none_of_its_workers(r: str) -> None:
         assert impl.supervisor.starts == 1
     finally:
         impl.close()
-
-
-def test_a_killed_worker_leaves_no_temporary_folder(
-    lang: str, short_limits: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """R and Julia remove their temporary folders only on a clean exit: a worker killed on a timeout
-    would leave one in the user's ``/tmp`` per kill. Each worker's ``$TMPDIR`` is a folder of its
-    own, gone once the worker is, on a timeout and on close (supervisor, "End")."""
-    root = tmp_path / "tmp"
-    root.mkdir()
-    monkeypatch.setenv("TMPDIR", str(root))
-    monkeypatch.setenv("FAULT_FLAG", str(tmp_path / "hanging"))
-    x = np.array([[1.0, 2.0, 3.0], [0.5, 0.5, 0.5]])
-    impl = create(lang, port(lang, "hangs_in_attention"))
-    try:
-        impl.run("softmax", {"x": x}, {})
-        (folder,) = root.iterdir()  # the live worker's own
-        assert folder.name.startswith("attention-ports-worker-")
-        (folder / "a port's file").write_text("left behind")
-        with pytest.raises(ImplementationError, match="timed out"):
-            impl.run("scaled_dot_product_attention", {"q": x, "k": x, "v": x}, {})
-        assert list(root.iterdir()) == []  # killed: its folder went with it
-        impl.run("softmax", {"x": x}, {})  # a new worker, a new folder: gone at close
-        assert len(list(root.iterdir())) == 1
-    finally:
-        impl.close()
-    assert list(root.iterdir()) == []
