@@ -37,7 +37,14 @@ import pytest
 from attention_ports import cli
 from attention_ports.fixtures import index as fixture_index
 from attention_ports.fixtures.precision import lower_formats
-from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries, load_case, manifest_bytes, read_manifest
+from attention_ports.fixtures.store import (
+    REPO_FIXTURES,
+    generate,
+    iter_entries,
+    load_case,
+    manifest_bytes,
+    read_manifest,
+)
 from attention_ports.runtimes import declaration
 from attention_ports.spec.precision import fixtures_dir
 from attention_ports.tools import mutation
@@ -427,3 +434,52 @@ def test_a_fixtures_folder_of_another_precision_is_bad_usage(lang: str) -> None:
         "r": "these are the float32 tier's fixtures; R computes in double only",
     }[lang]
     assert proc.returncode == 2 and says in proc.stderr, proc.stdout + proc.stderr
+
+
+ONE_ENTRY_CATALOGUE = """\
+format_version = 2
+seed = 20261125
+
+[[case]]
+id = "adamw_one_entry"
+op = "adamw_step"
+reason = "a parameter vector of one entry: R returns it as a number, both R runners give it back length 1"
+inputs.param = {normal = [1]}
+inputs.grad = {normal = [1]}
+inputs.m = {normal = [1], scale = 0.3}
+inputs.v = {uniform = [1], low = 0.1, high = 1.0}
+options.step = 3
+
+[[case]]
+id = "adamw_one_by_one"
+op = "adamw_step"
+reason = "a 1 x 1 matrix: R keeps its dim, so it stays 1 x 1"
+inputs.param = {normal = [1, 1]}
+inputs.grad = {normal = [1, 1]}
+inputs.m = {normal = [1, 1], scale = 0.3}
+inputs.v = {uniform = [1, 1], low = 0.1, high = 1.0}
+options.step = 3
+"""
+
+
+def test_a_length_one_result_takes_the_inputs_shape_in_both_r_runners(tmp_path: Path) -> None:
+    # R has no 0-D/1-D distinction for a length-1 vector: the native runner settles it as the
+    # adapter does (attention_ports/runtimes/r/adapter.py, _length_one_shape), from the input's shape.
+    catalogue = tmp_path / "catalogue.toml"
+    catalogue.write_text(ONE_ENTRY_CATALOGUE)
+    folder = tmp_path / "fixtures"
+    generate(folder, catalogue, workers=1)
+    shutil.copytree(REPO_FIXTURES / "readers", folder / "readers")  # the runners' .npy readers
+    native_json, python_json = tmp_path / "native.json", tmp_path / "verify.json"
+    proc = subprocess.run(
+        native_command("r", RUNNERS["r"], OURS["r"], "--fixtures", str(folder), "--json", str(native_json)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    code = cli.main(["verify", "--impl", "r", "--dir", str(folder), "--json", str(python_json), "--quiet"])
+    ours, theirs = verdicts(native_json), verdicts(python_json)
+    assert (
+        ours == theirs == {(c, o, "pass") for c in ("adamw_one_entry", "adamw_one_by_one") for o in ("param", "m", "v")}
+    ), proc.stdout + proc.stderr
+    assert proc.returncode == code == 0
