@@ -37,7 +37,14 @@ import pytest
 from attention_ports import cli
 from attention_ports.fixtures import index as fixture_index
 from attention_ports.fixtures.precision import lower_formats
-from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries, load_case, manifest_bytes, read_manifest
+from attention_ports.fixtures.store import (
+    REPO_FIXTURES,
+    generate,
+    iter_entries,
+    load_case,
+    manifest_bytes,
+    read_manifest,
+)
 from attention_ports.runtimes import declaration
 from attention_ports.spec.precision import fixtures_dir
 from attention_ports.tools import mutation
@@ -67,6 +74,7 @@ class Port:
     cases: tuple[str, ...] = ()  # globs; () = every case
     mutant: str = ""
     says: str = ""  # in every error's message and in the runner's own report: the port's own words
+    passes: bool = False  # every verdict must be a pass (ours: no operation missing, none failing)
 
 
 def _spread(items: list, k: int) -> list:
@@ -75,8 +83,9 @@ def _spread(items: list, k: int) -> list:
     return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)]
 
 
-def _user(lang: str, name: str, *cases: str) -> Port:
-    return Port(f"{lang}-{name}", lang, USER_PORTS / lang / f"{name}.{'R' if lang == 'r' else 'jl'}", cases)
+def _user(lang: str, name: str, *cases: str, passes: bool = False) -> Port:
+    path = USER_PORTS / lang / f"{name}.{'R' if lang == 'r' else 'jl'}"
+    return Port(f"{lang}-{name}", lang, path, cases, passes=passes)
 
 
 def _ports() -> list[Port]:
@@ -94,8 +103,15 @@ def _ports() -> list[Port]:
         _user("julia", "seed003_scale_bug", "softmax_*", "clf_forward_*"),
         _user("julia", "seed003_backward_bug", "clf_step_*"),
         # A declared precision (docs/precision.md): our Julia port declared float32, judged on the
-        # float32 tier in Float32 (a float option, a boolean mask made additive).
-        _user("julia", "ours_float32", "softmax_ties", "sdpa_custom_scale", "sdpa_causal_bool"),
+        # float32 tier in Float32 (a float option, a boolean mask made additive), every family loaded
+        # (the norms, the positions in the port's declared pairing, the optimizer).
+        _user(
+            "julia",
+            "ours_float32",
+            *("softmax_ties", "sdpa_custom_scale", "sdpa_causal_bool"),
+            *("ln_affine_random", "rope_interleaved_n8_d8", "adamw_first_step_3x4"),
+            passes=True,
+        ),
     ]
     entries = list(iter_entries(REPO_FIXTURES))
     kit = mutation.load_mutants()
@@ -194,6 +210,8 @@ def test_native_verdicts_equal_verify_json(port: Port, tmp_path: Path) -> None:
         f"native only: {sorted(ours - theirs)[:10]}\nverify only: {sorted(theirs - ours)[:10]}\n{out[-4000:]}"
     )
     assert native.returncode == code, out[-4000:]
+    if port.passes:
+        assert {status for _, _, status in ours} == {"pass"}, sorted(ours)
     closing = CLOSING.findall(out)
     assert closing and closing[-1][0] == port.lang, out[-2000:]
     assert tuple(int(n) for n in closing[-1][1:]) == case_counts(ours)
@@ -416,3 +434,52 @@ def test_a_fixtures_folder_of_another_precision_is_bad_usage(lang: str) -> None:
         "r": "these are the float32 tier's fixtures; R computes in double only",
     }[lang]
     assert proc.returncode == 2 and says in proc.stderr, proc.stdout + proc.stderr
+
+
+ONE_ENTRY_CATALOGUE = """\
+format_version = 2
+seed = 20261125
+
+[[case]]
+id = "adamw_one_entry"
+op = "adamw_step"
+reason = "a parameter vector of one entry: R returns it as a number, both R runners give it back length 1"
+inputs.param = {normal = [1]}
+inputs.grad = {normal = [1]}
+inputs.m = {normal = [1], scale = 0.3}
+inputs.v = {uniform = [1], low = 0.1, high = 1.0}
+options.step = 3
+
+[[case]]
+id = "adamw_one_by_one"
+op = "adamw_step"
+reason = "a 1 x 1 matrix: R keeps its dim, so it stays 1 x 1"
+inputs.param = {normal = [1, 1]}
+inputs.grad = {normal = [1, 1]}
+inputs.m = {normal = [1, 1], scale = 0.3}
+inputs.v = {uniform = [1, 1], low = 0.1, high = 1.0}
+options.step = 3
+"""
+
+
+def test_a_length_one_result_takes_the_inputs_shape_in_both_r_runners(tmp_path: Path) -> None:
+    # R has no 0-D/1-D distinction for a length-1 vector: the native runner settles it as the
+    # adapter does (attention_ports/runtimes/r/adapter.py, _length_one_shape), from the input's shape.
+    catalogue = tmp_path / "catalogue.toml"
+    catalogue.write_text(ONE_ENTRY_CATALOGUE)
+    folder = tmp_path / "fixtures"
+    generate(folder, catalogue, workers=1)
+    shutil.copytree(REPO_FIXTURES / "readers", folder / "readers")  # the runners' .npy readers
+    native_json, python_json = tmp_path / "native.json", tmp_path / "verify.json"
+    proc = subprocess.run(
+        native_command("r", RUNNERS["r"], OURS["r"], "--fixtures", str(folder), "--json", str(native_json)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    code = cli.main(["verify", "--impl", "r", "--dir", str(folder), "--json", str(python_json), "--quiet"])
+    ours, theirs = verdicts(native_json), verdicts(python_json)
+    assert (
+        ours == theirs == {(c, o, "pass") for c in ("adamw_one_entry", "adamw_one_by_one") for o in ("param", "m", "v")}
+    ), proc.stdout + proc.stderr
+    assert proc.returncode == code == 0

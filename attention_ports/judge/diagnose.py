@@ -99,7 +99,7 @@ ROUNDING_RELATIVE = math.sqrt(np.finfo(np.float64).eps)
 SEPARATION = 10.0
 MASKED_OPS = ("scaled_dot_product_attention", "self_attention", "multi_head_attention")
 # Which axis of an output indexes the queries, by layout role (reference layout). A language
-# model's logits and token table have no queries, but their rows shift the same way (an index
+# model's logits and embedding tables have no queries, but their rows shift the same way (an index
 # slip): _check_row_shift names those rows by their own axis (position, token id).
 _QUERY_AXIS = {
     Role.TOKENS: 0,
@@ -108,8 +108,9 @@ _QUERY_AXIS = {
     Role.HEAD_SCORES: 1,
     Role.LOGITS: 0,
     Role.TOKEN_TABLE: 0,
+    Role.POSITION_TABLE: 0,
 }
-_NOT_QUERIES = (Role.LOGITS, Role.TOKEN_TABLE)
+_NOT_QUERIES = (Role.LOGITS, Role.TOKEN_TABLE, Role.POSITION_TABLE)
 
 
 @dataclass(frozen=True)

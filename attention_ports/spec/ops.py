@@ -30,6 +30,7 @@ class Role(Enum):
     # message says "vocabulary entry x position", not "feature x token", for Julia's logits).
     LOGITS = "logits"  # (n, vocab) <-> (vocab, n): one row of next-token logits per position
     TOKEN_TABLE = "token_table"  # (vocab, d) <-> (d, vocab): row t is token id t's embedding
+    POSITION_TABLE = "position_table"  # (n_ctx, d) <-> (d, n_ctx): row p is position p's embedding
 
 
 # What each axis of an array of a role indexes, in the reference layout; a language with another
@@ -47,6 +48,7 @@ AXIS_NAMES: dict[Role, tuple[str, ...]] = {
     Role.BLOCK_VECTOR: ("block", "entry"),
     Role.LOGITS: ("position", "vocabulary entry"),
     Role.TOKEN_TABLE: ("token id", "feature"),
+    Role.POSITION_TABLE: ("position", "feature"),
 }
 
 
@@ -327,7 +329,7 @@ _GPT_ROLES = {
     "logits": Role.LOGITS,  # (n, vocab): one row of next-token logits per position
     "loss": Role.SCALAR,
     "wte": Role.TOKEN_TABLE,  # (vocab, d): row t is token t's embedding (Julia: d x vocab, as Flux)
-    "wpe": Role.TOKENS,  # (n_ctx, d): row p is position p's embedding
+    "wpe": Role.POSITION_TABLE,  # (n_ctx, d): row p is position p's embedding (Julia: d x n_ctx)
     **{n: (Role.BLOCK_WEIGHT if n.startswith("w_") else Role.BLOCK_VECTOR) for n in BLOCK_PARAMS},
     "lnf_w": Role.VECTOR,
     "lnf_b": Role.VECTOR,

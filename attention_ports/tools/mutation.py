@@ -8,8 +8,9 @@ one port file in a temporary folder: exactly what a user hands to ``--port``. It
 the ordinary path (``run_suite`` with ``ports={lang: file}``), so no special transport is involved.
 
 Which cases a mutant runs is read from a call graph of the port's top-level definitions (a
-definition "calls" every other top-level name that appears in its text: over-approximate, never
-under; an edit outside any definition reaches every operation). Scope "reachable" (the CLI's
+definition "calls" every other top-level name that appears in its code: over-approximate, never
+under; comments and Julia's top-level docstrings are not code, ``code_only``; an edit outside any
+definition reaches every operation). Scope "reachable" (the CLI's
 default, the full kill matrix): the cases of every contract operation from which the edited
 function is reachable; the others would pass exactly as the unmutated port does, so skipping them
 loses nothing. Scope "home" (the test suite's, to keep ``make test`` fast: a Julia worker compiles
@@ -244,6 +245,86 @@ _JL_DEF = re.compile(
 )
 
 
+_R_RAW = re.compile(r"""[rR](["'])(-*)([(\[{])""")  # R 4's raw strings: r"(...)", R'[...]', r"-{...}-"
+_R_CLOSE = {"(": ")", "[": "]", "{": "}"}
+_JL_CHAR = re.compile(r"'(?:\\.[^'\n]*|[^\\'\n])'")  # 'a', '#', '\n', '\u00e9'
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+
+
+def _quoted_end(text: str, i: int, quote: str) -> int:
+    """The index after the string opened at ``i`` by ``quote`` (backslash escapes; unterminated: the end)."""
+    j = i + len(quote)
+    while j < len(text):
+        if text[j] == "\\":
+            j += 2
+        elif text.startswith(quote, j):
+            return j + len(quote)
+        else:
+            j += 1
+    return len(text)
+
+
+def _blank(chars: list[str], start: int, end: int) -> None:
+    for k in range(start, end):
+        if chars[k] != "\n":
+            chars[k] = " "
+
+
+def code_only(text: str, lang: str) -> str:
+    """``text`` with its comments blanked (spaces, newlines kept, so offsets stay): R's ``#`` to the
+    end of the line; Julia's ``#`` likewise, its ``#= ... =#`` blocks (nested) and the text of its
+    top-level docstrings (a ``\"\"\"`` at the start of a line). A ``#`` inside a string (R: quotes,
+    backticks, raw strings; Julia: strings, characters, commands) is text, not a comment; strings
+    are kept (``do.call("softmax", ...)`` is a call)."""
+    chars, i, n = list(text), 0, len(text)
+    while i < n:
+        c = text[i]
+        at_name = i > 0 and text[i - 1] in _NAME_CHARS
+        if lang == "r":
+            raw = None if at_name else _R_RAW.match(text, i)
+            if raw:
+                close = _R_CLOSE[raw.group(3)] + raw.group(2) + raw.group(1)
+                end = text.find(close, raw.end())
+                i = n if end < 0 else end + len(close)
+            elif c in "\"'`":
+                i = _quoted_end(text, i, c)
+            elif c == "#":
+                end = text.find("\n", i)
+                _blank(chars, i, end if end >= 0 else n)
+                i = n if end < 0 else end
+            else:
+                i += 1
+            continue
+        if text.startswith("#=", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("#=", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("=#", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            _blank(chars, i, j)
+            i = j
+        elif c == "#":
+            end = text.find("\n", i)
+            _blank(chars, i, end if end >= 0 else n)
+            i = n if end < 0 else end
+        elif text.startswith('"""', i):
+            end = _quoted_end(text, i, '"""')
+            if i == 0 or text[i - 1] == "\n":  # a docstring: words, not calls (the delimiters stay)
+                _blank(chars, i + 3, max(i + 3, end - 3))
+            i = end
+        elif c in '"`':
+            i = _quoted_end(text, i, c)
+        elif c == "'" and not (at_name or (i > 0 and text[i - 1] in ")]}'")):  # else: the adjoint x'
+            char = _JL_CHAR.match(text, i)
+            i = char.end() if char else i + 1
+        else:
+            i += 1
+    return "".join(chars)
+
+
 @dataclass(frozen=True)
 class Definition:
     name: str | None  # None: a region that defines nothing (a docstring, the file header)
@@ -254,11 +335,11 @@ class Definition:
 
 
 def definitions(lang: str, repo: Path = REPO) -> list[Definition]:
-    """Top-level definitions of the port, each with the text up to the next one."""
+    """Top-level definitions of the port, each with its code (``code_only``) up to the next one."""
     out = []
     for path in source_files(lang, repo):
         rel = path.relative_to(repo).as_posix()
-        text = path.read_text()
+        text = code_only(path.read_text(), lang)  # same offsets as the file: a mutant's edit is found
         pattern = _R_DEF if lang == "r" else _JL_DEF
         starts = [(0, None)]
         for m in pattern.finditer(text):

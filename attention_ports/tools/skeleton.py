@@ -178,6 +178,7 @@ _ROLE_NOTES = {
     Role.BLOCK_VECTOR: {"r": "a row per block", "julia": "a column per block"},
     Role.LOGITS: {"r": "one position per row", "julia": "one position per column"},
     Role.TOKEN_TABLE: {"r": "row t: token id t's embedding", "julia": "column t: token id t's embedding"},
+    Role.POSITION_TABLE: {"r": "row p: position p's embedding", "julia": "column p: position p's embedding"},
 }
 
 #: What each operation computes (ports/CONTRACT.md), written above its stub.

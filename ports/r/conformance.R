@@ -449,9 +449,11 @@ local(envir = .conformance, {
   }
 
   # attention_ports/runtimes/r/adapter.py's _name_outputs: a bare array is the single output; declared outputs must
-  # be doubles; length-1 results take the declared rank (vector: 1-D, scalar: 0-D); an absent
-  # output is left out (run_case fails it, and judges the others), but none at all is an error.
-  name_outputs <- function(spec, outputs, layouts) {
+  # be doubles; a length-1 result without dim takes the contract's shape (_length_one_shape: the
+  # same-named input's when that is 0-D or 1-D, else 1-D for a layout with axes, 0-D for a scalar,
+  # an index or an undeclared output), a scalar is 0-D; an absent output is left out (run_case
+  # fails it, and judges the others), but none at all is an error. `given`: the inputs' shapes.
+  name_outputs <- function(spec, outputs, layouts, given) {
     if (length(outputs) == 1L && outputs[[1L]]$name == "") {
       if (length(spec$outputs) != 1L) {
         stop(sprintf("%s: returned a bare array; expected list(%s)", spec$name,
@@ -469,9 +471,12 @@ local(envir = .conformance, {
       }
       value <- as.double(o$value)
       shape <- o$shape
-      if (identical(layout, "vector") && !length(shape)) shape <- 1L
-      else if (identical(layout, "scalar") && length(value) == 1L && length(shape)) shape <- integer()
-      else if (identical(layout, "index")) value <- value - 1
+      if (!length(shape)) {
+        g <- given[[o$name]]
+        if (!is.null(g) && length(g) <= 1L && prod(g) == 1L) shape <- g
+        else if (!is.null(layout) && !layout %in% c("scalar", "index")) shape <- 1L
+      } else if (identical(layout, "scalar") && length(value) == 1L) shape <- integer()
+      if (identical(layout, "index")) value <- value - 1
       out[[o$name]] <- list(value = value, shape = as.integer(shape))
     }
     present <- Filter(function(o) !is.null(out[[o]]) || any(startsWith(names(out), paste0(o, "."))), spec$outputs)
@@ -615,7 +620,9 @@ local(envir = .conformance, {
       reply <- call_port(bridge, port, spec, build_call(spec, call$inputs, call$options))
       if (reply$status == "ok") {
         layouts <- lapply(fixture$expected, function(x) x$layout)
-        reply$actual <- name_outputs(spec, reply$outputs, layouts)
+        given <- list()  # the index's shapes: a 0-D input is integer(0) there, not length 1
+        for (a in case$arrays) if (a$kind == "input") given[[a$name]] <- a$shape
+        reply$actual <- name_outputs(spec, reply$outputs, layouts, given)
         y <- reply$actual$output
         if (!is.null(call$back) && !is.null(y) && length(y$shape) == 2L && y$shape[[2L]] == length(call$back)) {
           m <- array(y$value, dim = y$shape)

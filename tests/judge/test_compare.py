@@ -167,6 +167,26 @@ def test_logits_and_the_token_table_are_named_by_what_they_index_not_as_tokens()
     assert np.array_equal(julia_adapter.from_julia(logits.T, logits_role), logits)
 
 
+def test_the_position_table_is_named_position_x_feature_not_as_tokens() -> None:
+    # wpe read "token x feature" (Role.TOKENS) for a table indexed by position; in Julia it is
+    # d x n_ctx, transposed like the token table.
+    wpe_role = ops.get("gpt_grads").role("grads.wpe")
+    assert ops.get("gpt_forward").role("params.wpe") is wpe_role
+    assert julia_view("grads.wpe", wpe_role).layout((6, 16)) == "(16, 6) (feature x position)"
+    assert PortView("R", "grads$wpe", wpe_role).layout((6, 16)) == "6 x 16 (position x feature)"
+    expected = np.zeros((6, 16))
+    actual = expected.copy()
+    actual[4, 1] = 0.5
+    lines = compare(expected, actual, np.full((6, 16), 1e-16)).describe(
+        "gpt", "grads.wpe", julia_view("grads.wpe", wpe_role)
+    )
+    assert lines.splitlines()[1] == "  as the port sees it (Julia, 1-based): grads.wpe is (16, 6) (feature x position)"
+    assert lines.splitlines()[2].startswith("  worst at grads.wpe[2, 5]: expected 0.0, actual 0.5")
+    table = np.arange(96.0).reshape(6, 16)
+    assert np.array_equal(julia_adapter.to_julia(table, wpe_role), table.T)
+    assert np.array_equal(julia_adapter.from_julia(table.T, wpe_role), table)
+
+
 def test_r_positions_are_1_based_and_nested_names_use_dollar() -> None:
     view = PortView("R", "grads$w_q", Role.WEIGHT)
     expected = np.zeros((2, 3))

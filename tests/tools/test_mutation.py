@@ -296,3 +296,54 @@ def test_in_float32_the_tiers_own_stability_cases_catch_the_softmax_without_its_
         r = kit32[mutant_id]
         own = [c for c in r.kills_in(op) if c not in catalogue]
         assert len(own) >= mutation.MIN_KILLS, (mutant_id, own)
+
+
+R_COMMENTS = """\
+softmax <- function(x) exp(x) / sum(exp(x))  # not layer_norm
+layer_norm <- function(x) {
+  s <- "# in a string: text, and the call after it counts"; gelu(x)
+  r <- r"(a # raw string)"; t <- '#'; `odd#name` <- 1
+  # gelu(softmax(x)) in a comment is not a call
+  x
+}
+gelu <- function(x) x # softmax
+"""
+
+JULIA_COMMENTS = '''\
+"""
+    softmax(x)
+
+A docstring naming gelu: words, not a call.
+"""
+softmax(x) = exp.(x) ./ sum(exp.(x))  # layer_norm
+function layer_norm(x)
+    c = '#'; s = "#= not a comment =#"; y = x'  # the adjoint, then a comment: gelu
+    #= a block comment naming softmax,
+       #= nested, naming gelu =#
+    still the outer comment: softmax =#
+    return gelu(y)
+end
+gelu(x) = x #= softmax =# .+ 0
+'''
+
+
+# Where a mutant edits each definition of the sources above, and what it then reaches: layer_norm
+# calls gelu (after a string holding "#"); every other mention is in a comment or a docstring.
+EDITS = {
+    "r": {"softmax": "exp(x)", "layer_norm": "  x\n}", "gelu": "x # softmax"},
+    "julia": {"softmax": "exp.(x) ./", "layer_norm": "return gelu(y)", "gelu": "x #="},
+}
+REACHES = {"softmax": {"softmax"}, "layer_norm": {"layer_norm"}, "gelu": {"gelu", "layer_norm"}}
+
+
+@pytest.mark.parametrize(("lang", "source"), [("r", R_COMMENTS), ("julia", JULIA_COMMENTS)])
+def test_a_name_in_a_comment_or_docstring_is_not_a_call(tmp_path: Path, lang: str, source: str) -> None:
+    folder, _ = mutation.SOURCES[lang]
+    port = tmp_path / folder / f"port{mutation.SUFFIX[lang]}"
+    port.parent.mkdir(parents=True)
+    port.write_text(source)
+    for name, find in EDITS[lang].items():
+        m = mutation.Mutant(f"m_{name}", lang, port.relative_to(tmp_path).as_posix(), find, "", "", "", False, "killed")
+        assert mutation.reachable_ops(m, tmp_path) == REACHES[name], name
+    code = mutation.code_only(source, lang)  # comments blanked in place: a mutant's offset still holds
+    assert len(code) == len(source) and code.count("\n") == source.count("\n")

@@ -91,6 +91,7 @@ _AXES: dict[Role, tuple[int, ...] | None] = {
     Role.BLOCK_VECTOR: (1, 0),  # (n_layer, d) -> (d, n_layer)
     Role.LOGITS: (1, 0),  # (n, vocab) -> (vocab, n)
     Role.TOKEN_TABLE: (1, 0),  # (vocab, d) -> (d, vocab), as Flux's Embedding
+    Role.POSITION_TABLE: (1, 0),  # (n_ctx, d) -> (d, n_ctx), like the token table
 }
 # Added to the values on the way to Julia, subtracted on the way back: class indices are 0-based
 # in the reference and 1-based in Julia.

@@ -20,8 +20,9 @@ and come back - 1); the worker turns them into R objects (attention_ports/runtim
 Results are checked strictly: a list with a name twice, or NA (R's missing value, which is not
 NaN) in a result, is the worker's error naming the element (and the position of the NA); a
 declared output that comes back as an R integer or logical vector is an error naming it (the
-contract wants doubles). A bare array is the single declared output; length-1 results without
-``dim`` are 0-D (1-D where the op declares a vector role). Outputs the op does not declare are
+contract wants doubles). A bare array is the single declared output; a length-1 result without
+``dim`` is 0-D unless the contract says otherwise (``_length_one_shape``: the same-named input's
+shape, or 1-D for a role with axes). Outputs the op does not declare are
 passed through as float64. Declared outputs the result lacks are left out (the judge fails each
 and judges the rest); a result holding none of them is an error. A file that does not
 load and reads like Julia says so (attention_ports/core/language.py).
@@ -126,6 +127,21 @@ def _option(value: Any) -> Any:
     if isinstance(value, list | tuple | np.ndarray):
         return [v.item() if isinstance(v, np.generic) else v for v in value]
     return value.item() if isinstance(value, np.generic) else value
+
+
+def _length_one_shape(name: str, role: ops.Role | None, inputs: Mapping[str, np.ndarray]) -> tuple[int, ...]:
+    """The shape of a length-1 result that R returned without ``dim`` (which the worker reads as
+    0-D): R has no 0-D/1-D distinction there, so the contract decides. An output that updates an
+    input of its name (adamw_step's param, m, v; classifier_step's params.*) keeps that input's
+    shape when the input was itself 0-D or 1-D (both reach R without ``dim``); otherwise a role
+    with axes (``ops.AXIS_NAMES``: a vector, a weight...) is 1-D, and a scalar, an index (0-D for
+    one label) or an undeclared output stays 0-D. A result R returned with ``dim`` keeps it."""
+    given = inputs.get(name)
+    if given is not None and np.ndim(given) <= 1 and np.size(given) == 1:
+        return np.shape(given)
+    if role is None or role is ops.Role.INDEX or not ops.AXIS_NAMES[role]:
+        return ()
+    return (1,)
 
 
 def build_call(spec: ops.OpSpec, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> list[Arg]:
@@ -243,9 +259,11 @@ class RImplementation(Implementation):
         self.last_warnings = results.notes.split("\n") if results.notes else []
         for w in self.last_warnings:
             warnings.warn(f"r: {op}: {w}", RWarning, stacklevel=2)
-        return self._name_outputs(spec, results.arrays)
+        return self._name_outputs(spec, results.arrays, inputs)
 
-    def _name_outputs(self, spec: ops.OpSpec, results: dict[str, np.ndarray]) -> Arrays:
+    def _name_outputs(
+        self, spec: ops.OpSpec, results: dict[str, np.ndarray], inputs: Mapping[str, np.ndarray]
+    ) -> Arrays:
         if list(results) == [""]:  # a bare matrix/array rather than a named list
             if len(spec.outputs) != 1:
                 wanted = ", ".join(f"{o} = ..." for o in spec.outputs)
@@ -266,12 +284,11 @@ class RImplementation(Implementation):
                         f"(numeric): return as.double(...)"
                     )
                 arr = arr.astype(np.float64)
-            # R has no 0-D/1-D distinction for length-1 results: settle it by the declared role
-            if role is ops.Role.VECTOR and arr.ndim == 0:
-                arr = arr.reshape(1)
-            elif role is ops.Role.SCALAR and arr.size == 1 and arr.ndim > 0:
+            if arr.ndim == 0:
+                arr = arr.reshape(_length_one_shape(name, role, inputs))
+            elif role is ops.Role.SCALAR and arr.size == 1:
                 arr = arr.reshape(())
-            elif role is ops.Role.INDEX:  # 1-based in R, 0-based here
+            if role is ops.Role.INDEX:  # 1-based in R, 0-based here
                 arr = arr - 1
             out[name] = arr
         present = [o for o in spec.outputs if o in out or any(k.startswith(o + ".") for k in out)]

@@ -599,3 +599,30 @@ def test_starting_r_leaves_child_processes_environment_alone(r_port) -> None:
     proc = subprocess.run([sys.executable, "-c", "import numpy"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "/usr/lib/R/lib" not in os.environ.get("LD_LIBRARY_PATH", "")
+
+
+def test_length_one_results_take_the_contracts_shape(r_port, user_port, tmp_path):
+    """R returns a length-1 vector without ``dim`` whether it means a number or a vector of one:
+    adamw_step on a parameter of one entry gives param, m and v of shape (1,) (the input's; 0-D for
+    a 0-D parameter), a loss stays 0-D, and a result R gave a ``dim`` keeps it."""
+    one = {"param": np.array([0.75]), "grad": np.array([-0.5]), "m": np.array([0.125]), "v": np.array([0.25])}
+    got = r_port.run("adamw_step", one, {"step": 3, "lr": 0.1})
+    assert_matches_reference(got, "adamw_step", one, {"step": 3, "lr": 0.1})
+    assert {k: v.shape for k, v in got.items()} == {"param": (1,), "m": (1,), "v": (1,)}
+    scalar = {k: v.reshape(()) for k, v in one.items()}
+    got = r_port.run("adamw_step", scalar, {"step": 3})
+    assert_matches_reference(got, "adamw_step", scalar, {"step": 3})
+    loss_in = {"logits": np.array([[0.5, -1.0, 2.0]]), "targets": np.array([2])}
+    got = r_port.run("lm_loss", loss_in, {})
+    assert got["loss"].shape == ()
+    assert_matches_reference(got, "lm_loss", loss_in, {})
+
+    port_file = tmp_path / "length_one.R"
+    port_file.write_text(
+        "adamw_step <- function(param, grad, m, v, step, ...) "
+        "list(param = matrix(param, 1, 1), m = array(m, 1), v = 0.5, grads = list(b_f = 2))\n"
+    )
+    got = user_port(port_file).run("adamw_step", {k: np.ones((1, 1)) for k in one}, {"step": 1})
+    # dim kept (a 1x1 matrix, a 1-D array); v without dim: the input was 2-D, the role has axes
+    assert got["param"].shape == (1, 1) and got["m"].shape == (1,) and got["v"].shape == (1,)
+    assert got["grads.b_f"].shape == () and got["grads.b_f"] == 2.0  # undeclared: left as R gave it
