@@ -119,7 +119,7 @@ def torch_mixed(fmt: precision.Format) -> Implementation:
     """torch on CPU tensors of ``fmt``'s storage dtype (bfloat16 or float16)."""
     from attention_ports.runtimes import torch_impl  # torch is optional: imported only when asked for
 
-    torch = torch_impl.torch
+    torch, F = torch_impl.torch, torch_impl.F
     assert fmt.storage is not None
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}[fmt.storage.name]
 
@@ -143,9 +143,60 @@ def torch_mixed(fmt: precision.Format) -> Implementation:
             out, w = torch_impl._sdpa(q, k, v, mask, options.get("scale"))
             return {"output": out.float(), "weights": w.float()}
 
+        # The storage tiers' other operations, each written as a model in bfloat16 writes it, on
+        # torch's own CPU kernels for storage tensors (measured: layer_norm, rms_norm, gelu and linear
+        # compute in float32 and round their result once; cross_entropy stores its log_softmax).
+        def _op_layer_norm(self, inputs, options):
+            x, w, b, eps = tensor(inputs["x"]), inputs.get("weight"), inputs.get("bias"), options.get("eps")
+            w, b = (None if a is None else tensor(a) for a in (w, b))
+            return {"y": F.layer_norm(x, (x.shape[-1],), w, b, 1e-5 if eps is None else eps).float()}
+
+        def _op_rms_norm(self, inputs, options):
+            x, w, eps = tensor(inputs["x"]), inputs.get("weight"), options.get("eps")
+            w = None if w is None else tensor(w)
+            return {"y": F.rms_norm(x, (x.shape[-1],), w, 1e-5 if eps is None else eps).float()}
+
+        def _op_gelu(self, inputs, options):
+            return {"y": F.gelu(tensor(inputs["x"]), approximate=options.get("approximate") or "none").float()}
+
+        def _op_sinusoidal_positions(self, inputs, options):
+            # a buffer made in float32, then cast with the model (``.to(dtype)``)
+            return {"table": in_float32._op_sinusoidal_positions(inputs, options)["table"].to(dtype).float()}
+
+        def _op_rotary_embedding(self, inputs, options):
+            x = tensor(inputs["x"])
+            if (options.get("pairing") or "halves") != "halves":
+                # Meta's Llama: the complex product in float32, then ``type_as(x)``
+                return {"output": in_float32._op_rotary_embedding(inputs, options)["output"].to(dtype).float()}
+            # Hugging Face's Llama: cos and sin made in float32, cast to x's dtype, rotate_half in it
+            n, d = x.shape
+            base = float(options.get("base") or 10000.0)
+            pos = torch.arange(n, dtype=torch.float32)
+            if "positions" in inputs:
+                pos = torch.from_numpy(np.ascontiguousarray(inputs["positions"], dtype=np.float32))
+            inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+            emb = torch.cat((torch.outer(pos, inv_freq),) * 2, dim=-1)
+            cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+            rotated = torch.cat((-x[:, d // 2 :], x[:, : d // 2]), dim=-1)
+            return {"output": (x * cos + rotated * sin).float()}
+
+        def _op_feed_forward(self, inputs, options):
+            def linear(t, w, b):
+                return F.linear(t, tensor(w).T, tensor(b))
+
+            hidden = F.gelu(
+                linear(tensor(inputs["x"]), inputs["w_1"], inputs["b_1"]),
+                approximate=options.get("approximate") or "none",
+            )
+            return {"y": linear(hidden, inputs["w_2"], inputs["b_2"]).float()}
+
+        def _op_lm_loss(self, inputs, options):
+            return {"loss": torch_impl.lm_loss(tensor(inputs["logits"]), inputs).float()}
+
         def describe(self) -> str:
             return super().describe().replace("(float64, CPU)", f"({fmt.storage.name} tensors, CPU)")
 
+    in_float32 = torch_impl.TorchImplementation(np.float32)
     return MixedTorch()
 
 

@@ -353,11 +353,16 @@ TorchImplementation._op_gpt_forward = _op_gpt_forward
 # The next-token loss: torch's own cross_entropy (log_softmax, then the targets' entries, then the
 # mean over the positions not ignored). Absent, ignore_index matches no target: every position counts.
 def _op_lm_loss(self, inputs, options):
+    return {"loss": lm_loss(_t(inputs["logits"], self.dtype), inputs)}
+
+
+def lm_loss(logits: torch.Tensor, inputs: Mapping[str, np.ndarray]) -> torch.Tensor:
+    """torch's cross_entropy of ``logits`` (any dtype) with the case's targets and ignore_index."""
     targets = torch.from_numpy(np.ascontiguousarray(inputs["targets"], dtype=np.int64))
     ignore = int(np.asarray(inputs["ignore_index"]).reshape(())) if "ignore_index" in inputs else -100
     if "ignore_index" not in inputs and bool((targets == ignore).any()):
         raise ValueError(f"targets hold {ignore}, torch's default ignore_index, and no ignore_index is given")
-    return {"loss": F.cross_entropy(_t(inputs["logits"], self.dtype), targets, ignore_index=ignore)}
+    return F.cross_entropy(logits, targets, ignore_index=ignore)
 
 
 TorchImplementation._op_lm_loss = _op_lm_loss

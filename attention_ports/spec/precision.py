@@ -55,11 +55,30 @@ TIER_OPS = (
     "adamw_step",
     "gpt_grads",
 )
-# The operations of the tiers with a storage format (the mixed tiers and float16): the attention
-# kernel, whose rounding points (inputs, the weights before V, outputs) the rule states. A
-# projection or a training step in bfloat16 has more of them (q, k, v stored; gradients and
-# parameters stored) that the rule does not state yet.
-STORAGE_TIER_OPS = ("softmax", "scaled_dot_product_attention")
+# The operations of the tiers with a storage format (the mixed tiers and float16), each with its
+# declared rounding points to storage (attention_ports/truth/bounds.py, "Mixed precision", states the
+# rule; docs/truth-and-bounds.md derives each): the inputs are storage values and every output is
+# stored; between them float32 arithmetic (float16's own at "float16"), rounded to storage where
+# named here. A kernel that rounds fewer of them (keeps an intermediate in float32) passes too. The
+# attention projections, the decoder block, the GPT forward, its gradients and the training steps
+# are not here: stored q and k move the scores by u_s |q||k| (bounds.py, "Mixed precision").
+STORAGE_POINTS: dict[str, tuple[str, ...]] = {
+    "softmax": (),
+    "scaled_dot_product_attention": ("the attention weights before the product with V",),
+    "layer_norm": (),
+    "rms_norm": (),
+    "gelu": (),
+    "sinusoidal_positions": (),
+    "rotary_embedding": ("the cos and sin tables", "each product of the rotation"),
+    "feed_forward": (
+        "the product x W_1 before its bias",
+        "the hidden pre-activation x W_1 + b_1",
+        "gelu's output",
+        "the product gelu(.) W_2 before its bias",
+    ),
+    "lm_loss": ("each position's log-probability of its target",),
+}
+STORAGE_TIER_OPS = tuple(STORAGE_POINTS)
 
 
 @dataclass(frozen=True)

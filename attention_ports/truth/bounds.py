@@ -242,6 +242,13 @@ NEGLIGIBLE_LOGIT = 745  # exp(-745) is below half the smallest subnormal
 # tau_s of the storage format; None outside a mixed tier (set by truth/precision.py's rules).
 STORAGE_U: arb | None = None
 STORAGE_TINY = arb(0)
+# A storage tier whose arithmetic is the storage format itself (float16: every operation rounds to
+# float16, whose subnormals start at 6e-5): the absolute error of one rounding there, charged per
+# rounding by the rules that meet values that small (module docstring, "Mixed precision"); 0
+# elsewhere (float32's 2^-150 and float64's are far inside UNDERFLOW). And the arithmetic's largest
+# finite value: a rule whose intermediates pass it refuses the case (BoundError).
+ARITH_TINY = arb(0)
+MAX_FINITE = arb(1.7976931348623157e308)
 
 CONSTANTS = {
     "u": "2^-53",
@@ -605,6 +612,20 @@ def to_storage(x_abs: arb_mat, e_x: arb_mat | None) -> arb_mat:
     prop = _plus(x_abs, e_x)
     err = STORAGE_U * prop + _tiny_where_nonzero(prop)
     return err if e_x is None else err + e_x
+
+
+def storage_point(x_abs: arb, e_x: arb) -> arb:
+    """One value's error after a declared rounding point to storage (module docstring, "Mixed
+    precision"): ``e + u_s (|x| + e) + tau_s`` (no tau_s on an exact 0); ``e`` outside a storage tier."""
+    if STORAGE_U is None:
+        return e_x
+    prop = x_abs + e_x
+    return e_x + STORAGE_U * prop + (arb(0) if prop == 0 else STORAGE_TINY)
+
+
+def storage_node(x_abs: arb_mat, e_x: arb_mat | None) -> arb_mat | None:
+    """``to_storage`` at a declared rounding point inside a graph; ``e_x`` outside a storage tier."""
+    return e_x if STORAGE_U is None else to_storage(x_abs, e_x)
 
 
 def _tiny_where_nonzero(m: arb_mat) -> arb_mat:

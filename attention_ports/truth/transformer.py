@@ -91,9 +91,36 @@ def ffn_params(inputs: Mapping[str, np.ndarray], d: int, prefix: str = "") -> di
 
 
 def feed_forward_t(g: Graph, x: T, p: Mapping[str, T], form: str) -> T:
-    """``gelu(x W_1 + b_1) W_2 + b_2``, every rule propagating the errors x carries."""
-    hidden = g.affine(x, p["w_1"], p["b_1"])
-    return g.affine(activations.gelu_t(g, hidden, form), p["w_2"], p["b_2"])
+    """``gelu(x W_1 + b_1) W_2 + b_2``, every rule propagating the errors x carries; at a storage
+    tier the hidden pre-activation and gelu's output are stored, and each product may be stored
+    before its bias (module docstring, "At a storage tier"; the output is stored by the engine)."""
+    hidden = stored(g, projection(g, x, p["w_1"], p["b_1"]))
+    return projection(g, stored(g, activations.gelu_t(g, hidden, form)), p["w_2"], p["b_2"])
+
+
+def stored(g: Graph, t: T) -> T:
+    """``t`` at a declared rounding point to storage (``bounds.storage_node``); as it is outside a
+    storage tier."""
+    return T(t.v, bounds.storage_node(am.eabs(t.v), t.e)) if g.track else t
+
+
+def projection(g: Graph, x: T, w: T, b: T | None) -> T:
+    """``X W + b`` (``Graph.affine``); at a storage tier the product ``X W`` may also be stored
+    before its bias is added (two storage tensors' ops: ``x @ W``, then ``+ b``): ``u_s (|X| +
+    e_X) |W| + tau_s`` more. torch's CPU ``F.linear`` adds the bias before its one rounding."""
+    t = g.affine(x, w, b)
+    if not g.track or bounds.STORAGE_U is None:
+        return t
+    assert t.e is not None
+    # float16 arithmetic (ARITH_TINY > 0): each of the k products and k sums may round in the subnormals
+    e = t.e + am.full(*t.shape, (2 * x.shape[1] + 1) * bounds.ARITH_TINY)
+    return T(t.v, e if b is None else e + _pre_bias(x, w))
+
+
+def _pre_bias(x: T, w: T) -> arb_mat:
+    """The product's rounding to storage, at an upper bound of its magnitude ``(|X| + e_X) |W|``."""
+    product = (x.abs if x.e is None else x.abs + x.e) * w.abs
+    return bounds.to_storage(product, None)
 
 
 def block_shapes(d: int, d_ff: int) -> dict[str, tuple[int, ...]]:
