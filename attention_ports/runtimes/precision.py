@@ -193,6 +193,11 @@ def torch_mixed(fmt: precision.Format) -> Implementation:
         def _op_lm_loss(self, inputs, options):
             return {"loss": torch_impl.lm_loss(tensor(inputs["logits"]), inputs).float()}
 
+        def _op_adamw_step(self, inputs, options):
+            # torch.optim.AdamW on storage tensors: every elementwise operation of its step stores
+            tensors = {n: tensor(inputs[n]) for n in ("param", "grad", "m", "v")}
+            return {k: v.float() for k, v in torch_impl.adamw_step(tensors, options).items()}
+
         def describe(self) -> str:
             return super().describe().replace("(float64, CPU)", f"({fmt.storage.name} tensors, CPU)")
 

@@ -369,9 +369,14 @@ TorchImplementation._op_lm_loss = _op_lm_loss
 
 
 def _op_adamw_step(self, inputs, options):
-    """torch.optim.AdamW itself (single-tensor path): the moments and the step count set as its state
-    before the step (``state["step"]`` counts the steps taken, t - 1; step() increments it first)."""
-    param = torch.nn.Parameter(_t(inputs["param"], self.dtype).clone())
+    return adamw_step({n: _t(inputs[n], self.dtype) for n in ("param", "grad", "m", "v")}, options)
+
+
+def adamw_step(tensors: Mapping[str, torch.Tensor], options: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """torch.optim.AdamW itself (single-tensor path) on ``param``, ``grad``, ``m``, ``v`` (any dtype):
+    the moments and the step count set as its state before the step (``state["step"]`` counts the
+    steps taken, t - 1; step() increments it first)."""
+    param = torch.nn.Parameter(tensors["param"].clone())
     defaults = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 1e-2}
     o = {k: float(default if options.get(k) is None else options[k]) for k, default in defaults.items()}
     opt = torch.optim.AdamW(
@@ -379,10 +384,10 @@ def _op_adamw_step(self, inputs, options):
     )
     opt.state[param] = {
         "step": torch.tensor(float(int(options["step"]) - 1), dtype=torch.float64),
-        "exp_avg": _t(inputs["m"], self.dtype).clone(),
-        "exp_avg_sq": _t(inputs["v"], self.dtype).clone(),
+        "exp_avg": tensors["m"].clone(),
+        "exp_avg_sq": tensors["v"].clone(),
     }
-    param.grad = _t(inputs["grad"], self.dtype).clone()
+    param.grad = tensors["grad"].clone()
     opt.step()
     state = opt.state[param]
     return {"param": param.detach(), "m": state["exp_avg"], "v": state["exp_avg_sq"]}

@@ -77,6 +77,7 @@ STORAGE_POINTS: dict[str, tuple[str, ...]] = {
         "the product gelu(.) W_2 before its bias",
     ),
     "lm_loss": ("each position's log-probability of its target",),
+    "adamw_step": ("every elementwise operation's result (torch's optimizer on storage tensors)",),
 }
 STORAGE_TIER_OPS = tuple(STORAGE_POINTS)
 
@@ -194,10 +195,17 @@ FORMATS: dict[str, Format] = {
 # Mixed: float32's arithmetic (every accumulation constant is float32's), values stored in
 # bfloat16 / float16. The largest relative bound: an output rounded to storage carries u_s of
 # itself, 2^-8 for bfloat16 (times SAFETY, plus the float32 analysis): 2^-4 of the case's largest.
+# The first-order guard is float16's 2^-3 (below), for the same reason: a rule that charges storage
+# roundings (a stored moment, a stored log-probability) has u_s-sized terms, bfloat16's 2^-8 each,
+# that float32's guard would refuse outright; the second-order remainders are charged up to 1/8
+# (the softmax's 9 M^2, the norms' and the optimizer's square roots), and the neglected terms, up to
+# 1/8 of the bound, stay inside SAFETY = 2.
 FORMATS["bfloat16/float32"] = replace(
-    FORMATS["float32"], name="bfloat16/float32", storage=BFLOAT16, max_relative_bound_exp=-4
+    FORMATS["float32"], name="bfloat16/float32", storage=BFLOAT16, max_relative_bound_exp=-4, max_first_order_exp=-3
 )
-FORMATS["float16/float32"] = replace(FORMATS["float32"], name="float16/float32", storage=FLOAT16)
+FORMATS["float16/float32"] = replace(
+    FORMATS["float32"], name="float16/float32", storage=FLOAT16, max_first_order_exp=-3
+)
 # float16 itself (storage = accumulation: Julia's Float16, which rounds every operation to
 # float16). Its storage rounding points (the weights before V, the outputs) are also counted by the
 # rules' own roundings: charged twice, which costs ~u per output and keeps one place for tau_s, the

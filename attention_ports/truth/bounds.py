@@ -215,7 +215,9 @@ that the stored bytes do not depend on the last bits of a ball's radius.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -626,6 +628,43 @@ def storage_point(x_abs: arb, e_x: arb) -> arb:
 def storage_node(x_abs: arb_mat, e_x: arb_mat | None) -> arb_mat | None:
     """``to_storage`` at a declared rounding point inside a graph; ``e_x`` outside a storage tier."""
     return e_x if STORAGE_U is None else to_storage(x_abs, e_x)
+
+
+@contextlib.contextmanager
+def storage_arithmetic() -> Iterator[None]:
+    """At a storage tier, the rules inside the block charge each operation's rounding at
+    ``u_s + u + u_s u`` (module docstring, "Mixed precision"): a kernel whose every elementwise
+    operation computes in the accumulation format and stores its result (torch's optimizers on
+    bfloat16 tensors); with :func:`op_tiny` per rounding. Nothing changes outside a storage tier."""
+    global U
+    saved = U
+    if STORAGE_U is not None:
+        U = STORAGE_U + U + STORAGE_U * U
+    try:
+        yield
+    finally:
+        U = saved
+
+
+@contextlib.contextmanager
+def scalar_arithmetic() -> Iterator[None]:
+    """At a storage tier, the rules inside the block charge float32's u (2^-24) where that is finer:
+    a step's scalars (bias corrections) formed in float32 or wider (torch's Python floats, a
+    Float16 port's Float64 keywords), whatever the tensors' format. Nothing changes elsewhere."""
+    global U
+    saved = U
+    if STORAGE_U is not None:
+        U = min(U, arb(2.0**-24))
+    try:
+        yield
+    finally:
+        U = saved
+
+
+def op_tiny() -> arb:
+    """The absolute error one rounding may add in a storage tier's subnormals (a stored result's
+    tau_s, float16 arithmetic's own); 0 elsewhere."""
+    return STORAGE_TINY + ARITH_TINY
 
 
 def _tiny_where_nonzero(m: arb_mat) -> arb_mat:

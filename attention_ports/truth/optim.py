@@ -133,6 +133,7 @@ def moment_error(b: arb, old: arb, new_term: arb, result: arb, roundings: int) -
         bounds.gamma(roundings) * (b * old_a + (1 - b) * new_term.abs_upper())
         + 2 * u * (1 - b) * old_a
         + u * result.abs_upper()
+        + roundings * bounds.op_tiny()
     )
 
 
@@ -152,6 +153,7 @@ def element_errors(p: arb, m_new: arb, v_new: arb, e_m: arb, e_v: arb, q: arb, d
         theta = sigma + g3 * (1 + sigma)
         qa = q.abs_upper()
         e_d = theta * qa + u * (d.abs_upper() + theta * qa)
+    e_d = e_d + 3 * bounds.op_tiny()  # a storage tier's subnormals: sqrt, the division, + eps
     delta = e_d / d.abs_lower()
     if not (delta < bounds.MAX_FIRST_ORDER):
         raise bounds.BoundError(f"sqrt(v_hat) + eps is within {delta.upper()} relative of its rounding error")
@@ -162,7 +164,12 @@ def element_errors(p: arb, m_new: arb, v_new: arb, e_m: arb, e_v: arb, q: arb, d
         * ((ma + e_m) * (1 + u) ** 4 / ((1 - o["kappa1"]) * (1 - delta)) - ma)
     )
     lr_wd = o["lr"] * o["weight_decay"]
-    return bounds.gamma(4) * (lr_wd + k.abs_upper()) * p.abs_upper() + (1 + u) * e_s + u * (p * k - s).abs_upper()
+    return (
+        bounds.gamma(4) * (lr_wd + k.abs_upper()) * p.abs_upper()
+        + (1 + u) * e_s
+        + u * (p * k - s).abs_upper()
+        + 4 * bounds.op_tiny()
+    )
 
 
 def adamw_step(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
@@ -175,11 +182,30 @@ def adamw_step(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str,
     if np.any(arrs["v"] < 0):
         raise InputError("v (the second moment, a mean of squares) must be >= 0")
     opts = _options(options)
-    t = opts["step"]
+    # a storage tier (module docstring): the scalars formed in float32 or wider, then stored; every
+    # elementwise operation stored
+    b1, b2 = arb(opts["beta1"]), arb(opts["beta2"])
+    with bounds.scalar_arithmetic():
+        corrections = (correction(b1, opts["step"]), correction(b2, opts["step"]))
+    with bounds.storage_arithmetic():
+        return _adamw_step(g, arrs, opts, [(c, stored_scalar(kappa)) for c, kappa in corrections])
+
+
+def stored_scalar(kappa: arb) -> arb:
+    """A scalar's relative error bound ``kappa`` after its rounding to storage (a storage tier's
+    ``u_s`` more, compounded; unchanged elsewhere)."""
+    if bounds.STORAGE_U is None:
+        return kappa
+    return kappa + bounds.STORAGE_U * (1 + kappa)
+
+
+def _adamw_step(
+    g: Graph, arrs: dict[str, np.ndarray], opts: dict[str, Any], corrections: list[tuple[arb, arb]]
+) -> dict[str, Out]:
+    shape = arrs["param"].shape
     b1, b2, eps = arb(opts["beta1"]), arb(opts["beta2"]), arb(opts["eps"])
     lr, wd = arb(opts["lr"]), arb(opts["weight_decay"])
-    c1, kappa1 = correction(b1, t)
-    c2, kappa2 = correction(b2, t)
+    (c1, kappa1), (c2, kappa2) = corrections
     k = 1 - lr * wd
     mats = {name: am.from_array(a) for name, a in arrs.items()}
     rows, cols = am.shape(mats["param"])
