@@ -119,7 +119,7 @@ def torch_mixed(fmt: precision.Format) -> Implementation:
     """torch on CPU tensors of ``fmt``'s storage dtype (bfloat16 or float16)."""
     from attention_ports.runtimes import torch_impl  # torch is optional: imported only when asked for
 
-    torch, F = torch_impl.torch, torch_impl.F
+    torch = torch_impl.torch
     assert fmt.storage is not None
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}[fmt.storage.name]
 
@@ -143,22 +143,11 @@ def torch_mixed(fmt: precision.Format) -> Implementation:
             out, w = torch_impl._sdpa(q, k, v, mask, options.get("scale"))
             return {"output": out.float(), "weights": w.float()}
 
-        # The storage tiers' other operations, each written as a model in bfloat16 writes it, on
-        # torch's own CPU kernels for storage tensors (measured: layer_norm, rms_norm, gelu and linear
-        # compute in float32 and round their result once; cross_entropy stores its log_softmax).
-        def _op_layer_norm(self, inputs, options):
-            x, w, b, eps = tensor(inputs["x"]), inputs.get("weight"), inputs.get("bias"), options.get("eps")
-            w, b = (None if a is None else tensor(a) for a in (w, b))
-            return {"y": F.layer_norm(x, (x.shape[-1],), w, b, 1e-5 if eps is None else eps).float()}
-
-        def _op_rms_norm(self, inputs, options):
-            x, w, eps = tensor(inputs["x"]), inputs.get("weight"), options.get("eps")
-            w = None if w is None else tensor(w)
-            return {"y": F.rms_norm(x, (x.shape[-1],), w, 1e-5 if eps is None else eps).float()}
-
-        def _op_gelu(self, inputs, options):
-            return {"y": F.gelu(tensor(inputs["x"]), approximate=options.get("approximate") or "none").float()}
-
+        # The storage tiers' other operations: the float64 oracle's own code on storage tensors
+        # (torch_impl's _t converts to a torch dtype), torch's CPU kernels for them (measured:
+        # layer_norm, rms_norm, gelu and linear compute in float32 and round their result once;
+        # cross_entropy stores its log_softmax; AdamW stores every elementwise operation's result;
+        # scaled_dot_product_attention stores the weights before V), but the positions below.
         def _op_sinusoidal_positions(self, inputs, options):
             # a buffer made in float32, then cast with the model (``.to(dtype)``)
             return {"table": in_float32._op_sinusoidal_positions(inputs, options)["table"].to(dtype).float()}
@@ -180,29 +169,35 @@ def torch_mixed(fmt: precision.Format) -> Implementation:
             rotated = torch.cat((-x[:, d // 2 :], x[:, : d // 2]), dim=-1)
             return {"output": (x * cos + rotated * sin).float()}
 
-        def _op_feed_forward(self, inputs, options):
-            def linear(t, w, b):
-                return F.linear(t, tensor(w).T, tensor(b))
-
-            hidden = F.gelu(
-                linear(tensor(inputs["x"]), inputs["w_1"], inputs["b_1"]),
-                approximate=options.get("approximate") or "none",
-            )
-            return {"y": linear(hidden, inputs["w_2"], inputs["b_2"]).float()}
-
-        def _op_lm_loss(self, inputs, options):
-            return {"loss": torch_impl.lm_loss(tensor(inputs["logits"]), inputs).float()}
-
-        def _op_adamw_step(self, inputs, options):
-            # torch.optim.AdamW on storage tensors: every elementwise operation of its step stores
-            tensors = {n: tensor(inputs[n]) for n in ("param", "grad", "m", "v")}
-            return {k: v.float() for k, v in torch_impl.adamw_step(tensors, options).items()}
-
         def describe(self) -> str:
             return super().describe().replace("(float64, CPU)", f"({fmt.storage.name} tensors, CPU)")
 
     in_float32 = torch_impl.TorchImplementation(np.float32)
+    in_storage = torch_impl.TorchImplementation(dtype)
+
+    def on_storage(name: str) -> Any:
+        def op(self: Any, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Any]:
+            return {k: v.float() for k, v in getattr(in_storage, name)(inputs, options).items()}
+
+        return op
+
+    for op_name in STORAGE_TORCH_OPS:
+        setattr(MixedTorch, f"_op_{op_name}", on_storage(f"_op_{op_name}"))
     return MixedTorch()
+
+
+# The storage tiers' operations torch runs with the float64 oracle's code on storage tensors
+# (torch_mixed; softmax, SDPA and the positions are written there).
+STORAGE_TORCH_OPS = (
+    "layer_norm",
+    "rms_norm",
+    "gelu",
+    "feed_forward",
+    "decoder_block",
+    "gpt_forward",
+    "lm_loss",
+    "adamw_step",
+)
 
 
 def torch_float32() -> Implementation:

@@ -26,7 +26,9 @@ except ImportError as exc:  # torch is an optional extra for users
     raise ImplementationUnavailable(f"torch is not installed ({exc}); pip install 'attention-ports[torch]'") from exc
 
 
-def _t(a: np.ndarray, dtype: type = np.float64) -> torch.Tensor:
+def _t(a: np.ndarray, dtype: Any = np.float64) -> torch.Tensor:
+    if isinstance(dtype, torch.dtype):  # a storage dtype NumPy lacks (bfloat16): from float64, exact
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).to(dtype)  # for storage values
     return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype))
 
 
@@ -353,30 +355,20 @@ TorchImplementation._op_gpt_forward = _op_gpt_forward
 # The next-token loss: torch's own cross_entropy (log_softmax, then the targets' entries, then the
 # mean over the positions not ignored). Absent, ignore_index matches no target: every position counts.
 def _op_lm_loss(self, inputs, options):
-    return {"loss": lm_loss(_t(inputs["logits"], self.dtype), inputs)}
-
-
-def lm_loss(logits: torch.Tensor, inputs: Mapping[str, np.ndarray]) -> torch.Tensor:
-    """torch's cross_entropy of ``logits`` (any dtype) with the case's targets and ignore_index."""
     targets = torch.from_numpy(np.ascontiguousarray(inputs["targets"], dtype=np.int64))
     ignore = int(np.asarray(inputs["ignore_index"]).reshape(())) if "ignore_index" in inputs else -100
     if "ignore_index" not in inputs and bool((targets == ignore).any()):
         raise ValueError(f"targets hold {ignore}, torch's default ignore_index, and no ignore_index is given")
-    return F.cross_entropy(logits, targets, ignore_index=ignore)
+    return {"loss": F.cross_entropy(_t(inputs["logits"], self.dtype), targets, ignore_index=ignore)}
 
 
 TorchImplementation._op_lm_loss = _op_lm_loss
 
 
 def _op_adamw_step(self, inputs, options):
-    return adamw_step({n: _t(inputs[n], self.dtype) for n in ("param", "grad", "m", "v")}, options)
-
-
-def adamw_step(tensors: Mapping[str, torch.Tensor], options: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """torch.optim.AdamW itself (single-tensor path) on ``param``, ``grad``, ``m``, ``v`` (any dtype):
-    the moments and the step count set as its state before the step (``state["step"]`` counts the
-    steps taken, t - 1; step() increments it first)."""
-    param = torch.nn.Parameter(tensors["param"].clone())
+    """torch.optim.AdamW itself (single-tensor path): the moments and the step count set as its state
+    before the step (``state["step"]`` counts the steps taken, t - 1; step() increments it first)."""
+    param = torch.nn.Parameter(_t(inputs["param"], self.dtype).clone())
     defaults = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 1e-2}
     o = {k: float(default if options.get(k) is None else options[k]) for k, default in defaults.items()}
     opt = torch.optim.AdamW(
@@ -384,10 +376,10 @@ def adamw_step(tensors: Mapping[str, torch.Tensor], options: Mapping[str, Any]) 
     )
     opt.state[param] = {
         "step": torch.tensor(float(int(options["step"]) - 1), dtype=torch.float64),
-        "exp_avg": tensors["m"].clone(),
-        "exp_avg_sq": tensors["v"].clone(),
+        "exp_avg": _t(inputs["m"], self.dtype).clone(),
+        "exp_avg_sq": _t(inputs["v"], self.dtype).clone(),
     }
-    param.grad = tensors["grad"].clone()
+    param.grad = _t(inputs["grad"], self.dtype).clone()
     opt.step()
     state = opt.state[param]
     return {"param": param.detach(), "m": state["exp_avg"], "v": state["exp_avg_sq"]}

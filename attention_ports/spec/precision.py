@@ -76,6 +76,20 @@ STORAGE_POINTS: dict[str, tuple[str, ...]] = {
         "gelu's output",
         "the product gelu(.) W_2 before its bias",
     ),
+    "decoder_block": (
+        "each layer norm's output",
+        "q, k and v",
+        "the attention weights before the product with V",
+        "each head's output",
+        "each projection's product before its bias, and its result",
+        "gelu's output",
+        "the residual stream after each add",
+    ),
+    "gpt_forward": (
+        "the embedding wte[t] + wpe[p]",
+        "every rounding point of decoder_block, in each block",
+        "the final layer norm's output",
+    ),
     "lm_loss": ("each position's log-probability of its target",),
     "adamw_step": ("every elementwise operation's result (torch's optimizer on storage tensors)",),
 }

@@ -208,7 +208,8 @@ class NormNode:
 
 
 def norm_node(g: Graph, x: T, w: T, b: T, eps: arb) -> NormNode:
-    return NormNode(enclose(x), norms.layer_norm_t(g, x, _entries(w), _entries(b), eps), eps, g.track)
+    """A layer norm whose output a storage tier stores (module docstring, "At a storage tier")."""
+    return NormNode(enclose(x), stored(g, norms.layer_norm_t(g, x, _entries(w), _entries(b), eps)), eps, g.track)
 
 
 @dataclass
@@ -238,17 +239,20 @@ class FfnNodes:
 def attention_nodes(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb) -> AttentionNodes:
     """``x + attn(ln_1(x))``: causal multi-head attention with the output projection."""
     ln = norm_node(g, x, p["ln1_w"], p["ln1_b"], eps)
-    q, k, v = (g.affine(ln.out, p[f"w_{s}"], p[f"b_{s}"]) for s in "qkv")
+    q, k, v = (stored(g, projection(g, ln.out, p[f"w_{s}"], p[f"b_{s}"])) for s in "qkv")
+    # at a storage tier the weights are stored before V (bounds.weighted_values), then each head's output
     heads = exact.attend_heads(g, q, k, v, h, causal_mask(x.shape[0]))
-    return AttentionNodes(ln, q, k, v, heads, residual(g, x, g.affine(heads.concat, p["w_o"], p["b_o"])))
+    heads.concat = stored(g, heads.concat)
+    out = stored(g, residual(g, x, stored(g, projection(g, heads.concat, p["w_o"], p["b_o"]))))
+    return AttentionNodes(ln, q, k, v, heads, out)
 
 
 def ffn_nodes(g: Graph, x: T, p: Mapping[str, T], eps: arb, form: str) -> FfnNodes:
     """``x + ffn(ln_2(x))``."""
     ln = norm_node(g, x, p["ln2_w"], p["ln2_b"], eps)
-    hidden = g.affine(ln.out, p["w_1"], p["b_1"])
-    act = activations.gelu_t(g, hidden, form)
-    return FfnNodes(ln, hidden, act, residual(g, x, g.affine(act, p["w_2"], p["b_2"])))
+    hidden = stored(g, projection(g, ln.out, p["w_1"], p["b_1"]))
+    act = stored(g, activations.gelu_t(g, hidden, form))
+    return FfnNodes(ln, hidden, act, stored(g, residual(g, x, stored(g, projection(g, act, p["w_2"], p["b_2"])))))
 
 
 def attention_sublayer(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb) -> T:
@@ -520,7 +524,7 @@ def embed(g: Graph, ids: list[int], wte: np.ndarray, wpe: np.ndarray) -> T:
     """``wte[t_i] + wpe[i]``: an exact gather, one rounding for the sum (``u |x|``)."""
     n, d = len(ids), wte.shape[1]
     v = am.build(n, d, [arb(float(wte[t, j])) + arb(float(wpe[i, j])) for i, t in enumerate(ids) for j in range(d)])
-    return T(v, bounds.U * am.eabs(v) if g.track else None)
+    return stored(g, T(v, bounds.U * am.eabs(v) if g.track else None))
 
 
 @dataclass
@@ -582,7 +586,7 @@ def gpt_nodes(g: Graph, gi: GptInputs) -> GptNodes:
 
     def head(g_: Graph, x_: T) -> HeadNodes:
         ln = norm_node(g_, x_, gi.lnf_w, gi.lnf_b, gi.eps)
-        return HeadNodes(ln, g_.affine(ln.out, gi.head, None))
+        return HeadNodes(ln, projection(g_, ln.out, gi.head, None))
 
     final = captured(g, x, head, lambda t: t_affine(t_layer_norm(t, gi.lnf_w, gi.lnf_b, gi.eps), gi.head, None))
     return GptNodes(blocks, final)
