@@ -144,6 +144,8 @@ def stat_errors(x: list[arb], c: list[arb]) -> tuple[list[arb], list[arb], arb]:
 def _within_range(what: str, value: arb) -> None:
     """A row's intermediate (its sum, its sum of squares) past the arithmetic's largest finite value
     overflows in a correct implementation (float16's squares past 256): the case is refused."""
+    if not value.is_finite():  # the errors carried into the row already have no bound
+        raise bounds.BoundError(f"a row's {what} is unbounded: the errors carried into it have no finite bound")
     if not (value < bounds.MAX_FINITE):
         raise bounds.BoundError(
             f"a row's {what} reaches {_short(value)}, beyond the arithmetic's range ({_short(bounds.MAX_FINITE)})"
