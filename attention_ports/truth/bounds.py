@@ -195,6 +195,19 @@ bfloat16) is not this tier's arithmetic: it leaves the first-order softmax rule,
 declaration of its own. ``STORAGE_U`` is None outside a mixed tier: the float64 and float32
 analyses are untouched by this paragraph.
 
+The other operations of the storage tiers declare their own rounding points
+(``spec.precision.STORAGE_POINTS``, one entry per operation; each family's module derives its
+terms): the norms, gelu and the sinusoidal table none but the output; the rotation its cos and sin
+tables and products (``storage_point``); the feed-forward, the decoder block and the GPT forward
+every tensor a bfloat16 model passes between torch operations (``storage_node``); lm_loss each
+position's log-probability; adamw_step every elementwise operation (``storage_arithmetic``: the
+rules at ``u_s + u + u_s u``, with ``op_tiny`` per rounding). A kernel that keeps any of them in
+float32 rounds less and is covered. Where storage is the arithmetic itself (float16),
+``ARITH_TINY`` charges a rounding's absolute error in float16's subnormals where a rule meets
+values that small, and a rule whose intermediates pass ``MAX_FINITE`` refuses the case. The
+storage tiers' first-order guard is 2^-3 (spec/precision.py: a rule charging storage roundings has
+bfloat16-sized terms; the remainders are charged up to 1/8).
+
 Stored bound per element::
 
     bound = SAFETY * B  +  RESOLUTION * |expected|  +  UNDERFLOW

@@ -65,6 +65,15 @@ e_k each). A correct implementation computes the rule's formulation at some x' w
   ``x_k +/- e_k``, ``c_k +/- delta_k``, ``v +/- T s`` (every x' lies in them);
 
 then the affine part, whose rule already takes ``y``'s error bound.
+
+**At a storage tier** (bounds.py, "Mixed precision"): the rule above at the arithmetic's u, the
+output stored by the engine. Where the arithmetic is float16 itself (``bounds.ARITH_TINY`` > 0:
+its subnormals start at 6e-5), a rounding may also err by ``tau`` absolute (half the smallest
+subnormal, 2^-25), which ``r = 1 / sqrt(v + eps)`` amplifies (316 at eps = 1e-5): each rounding of
+the rule is charged ``tau`` more (the mean 2, each centred entry 2, the variance 3, the product
+``c r`` 1, the affine part k); and a row whose sum of |x| or of squares passes the arithmetic's
+largest value (float16's squares past 256) is refused (``BoundError``: a correct implementation
+overflows there).
 """
 
 from __future__ import annotations

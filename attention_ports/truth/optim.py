@@ -65,6 +65,17 @@ Everything is rigorous (the second-order terms are kept by the ``1 / (1 - kappa)
 ``s^2`` of the square root). A missing bias correction, L2 decay in the gradient, eps inside the
 square root, a shifted t, swapped betas or ``|g|`` for ``g^2`` each move a result by 1e-4 relative
 or more on the catalogue's cases, against bounds of a few 1e-15.
+
+**At a storage tier** (bounds.py, "Mixed precision"): p, g, m and v are storage values, and every
+elementwise operation stores its result (torch's single-tensor AdamW on bfloat16 tensors: lerp_,
+mul_, addcmul_, sqrt, the division, add_, mul_, addcdiv_, each computed in float32 and rounded to
+bfloat16). So the rule above is evaluated with u replaced by ``u_s + u + u_s u``
+(``bounds.storage_arithmetic``: a float32 operation then a storage rounding) and each rounding
+charged ``tau_s`` more (``bounds.op_tiny``: the moments 4 and 5, the denominator 3, the update 4).
+The bias corrections are scalars, formed in float32 or wider (torch's Python floats, a Float16
+port's Float64 keywords): their ``kappa`` at float32's u (``bounds.scalar_arithmetic``), then one
+storage rounding (``stored_scalar``). Where eps or ``sqrt(v_hat)`` is in float16's subnormals the
+denominator's relative error passes the guard and the case is refused.
 """
 
 from __future__ import annotations

@@ -45,6 +45,19 @@ theorem, with J enclosed over the whole ball by forward-mode differentiation in 
 every sublayer's and the final norm and head's. The Jacobian costs about (n d) x (n d_ff) entrywise
 operations a sublayer: past ``MAX_DIRECTIONS`` input elements the error is carried node by node
 (the rules above, ``layer_norm_carried`` and ``gelu_carried`` among them), sound but looser.
+
+**At a storage tier** (bounds.py, "Mixed precision"; ``spec.precision.STORAGE_POINTS``): the
+inputs and parameters are storage values, the arithmetic is float32's (float16's at "float16"),
+and every tensor a bfloat16 model hands from one torch operation to the next is stored: each layer
+norm's output, q, k and v, the attention weights before V (``bounds.weighted_values``), each head's
+output, each projection's result (``stored``), gelu's output, the residual stream after each add,
+the embedding; a projection's product may also be stored before its bias (``projection``: two
+storage tensors' ops, ``x @ W`` then ``+ b``; torch's CPU ``F.linear`` rounds once). Each point is
+``bounds.to_storage``: ``e + u_s (|x| + e) + tau_s``. Stored q and k reach the softmax as logit
+errors of about ``s u_s |q||k|``, within the storage tiers' first-order guard (2^-3) only for
+small scores; the carried error through ``through`` is unchanged (the Jacobian is the exact
+function's). The block's output is stored twice (its residual and the engine's output point):
+conservative by ``u_s |y|``.
 """
 
 from __future__ import annotations
