@@ -224,7 +224,7 @@ FIGURES = [
         Figure("docs/precision.md", rf"\| `{name}` \| (\d+) \| (\d+) \|", lambda name=name: _tier_counts(name))
         for name in ("bfloat16/float32", "float16/float32")
     ),
-    Figure("docs/precision.md", r"Measured: (\d+) of the tier's (\d+) softmax", lambda: _float16_counts()),
+    Figure("docs/precision.md", r"Measured: (\d+) of the tier's (\d+) cases are applicable", lambda: _float16_counts()),
 ]
 
 
@@ -410,6 +410,6 @@ def test_the_contract_names_the_operations_each_precision_tier_covers() -> None:
         but = re.search(r"The float32 tier covers every operation but (.+?), for now;", text)
         assert but, "ports/CONTRACT.md no longer says which operations the float32 tier covers"
         assert set(re.split(r", | and ", but.group(1))) == left
-    kernel = re.search(r"the mixed and float16 tiers cover the attention kernel, (.+?) \(", text)
+    kernel = re.search(r"the mixed and float16 tiers cover (.+?), each with its declared rounding points \(", text)
     assert kernel, "ports/CONTRACT.md no longer says which operations the storage tiers cover"
     assert set(re.split(r", | and ", kernel.group(1))) == set(precision.STORAGE_TIER_OPS)

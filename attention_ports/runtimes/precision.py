@@ -143,10 +143,61 @@ def torch_mixed(fmt: precision.Format) -> Implementation:
             out, w = torch_impl._sdpa(q, k, v, mask, options.get("scale"))
             return {"output": out.float(), "weights": w.float()}
 
+        # The storage tiers' other operations: the float64 oracle's own code on storage tensors
+        # (torch_impl's _t converts to a torch dtype), torch's CPU kernels for them (measured:
+        # layer_norm, rms_norm, gelu and linear compute in float32 and round their result once;
+        # cross_entropy stores its log_softmax; AdamW stores every elementwise operation's result;
+        # scaled_dot_product_attention stores the weights before V), but the positions below.
+        def _op_sinusoidal_positions(self, inputs, options):
+            # a buffer made in float32, then cast with the model (``.to(dtype)``)
+            return {"table": in_float32._op_sinusoidal_positions(inputs, options)["table"].to(dtype).float()}
+
+        def _op_rotary_embedding(self, inputs, options):
+            x = tensor(inputs["x"])
+            if (options.get("pairing") or "halves") != "halves":
+                # Meta's Llama: the complex product in float32, then ``type_as(x)``
+                return {"output": in_float32._op_rotary_embedding(inputs, options)["output"].to(dtype).float()}
+            # Hugging Face's Llama: cos and sin made in float32, cast to x's dtype, rotate_half in it
+            n, d = x.shape
+            base = float(options.get("base") or 10000.0)
+            pos = torch.arange(n, dtype=torch.float32)
+            if "positions" in inputs:
+                pos = torch.from_numpy(np.ascontiguousarray(inputs["positions"], dtype=np.float32))
+            inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+            emb = torch.cat((torch.outer(pos, inv_freq),) * 2, dim=-1)
+            cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+            rotated = torch.cat((-x[:, d // 2 :], x[:, : d // 2]), dim=-1)
+            return {"output": (x * cos + rotated * sin).float()}
+
         def describe(self) -> str:
             return super().describe().replace("(float64, CPU)", f"({fmt.storage.name} tensors, CPU)")
 
+    in_float32 = torch_impl.TorchImplementation(np.float32)
+    in_storage = torch_impl.TorchImplementation(dtype)
+
+    def on_storage(name: str) -> Any:
+        def op(self: Any, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Any]:
+            return {k: v.float() for k, v in getattr(in_storage, name)(inputs, options).items()}
+
+        return op
+
+    for op_name in STORAGE_TORCH_OPS:
+        setattr(MixedTorch, f"_op_{op_name}", on_storage(f"_op_{op_name}"))
     return MixedTorch()
+
+
+# The storage tiers' operations torch runs with the float64 oracle's code on storage tensors
+# (torch_mixed; softmax, SDPA and the positions are written there).
+STORAGE_TORCH_OPS = (
+    "layer_norm",
+    "rms_norm",
+    "gelu",
+    "feed_forward",
+    "decoder_block",
+    "gpt_forward",
+    "lm_loss",
+    "adamw_step",
+)
 
 
 def torch_float32() -> Implementation:

@@ -26,7 +26,9 @@ except ImportError as exc:  # torch is an optional extra for users
     raise ImplementationUnavailable(f"torch is not installed ({exc}); pip install 'attention-ports[torch]'") from exc
 
 
-def _t(a: np.ndarray, dtype: type = np.float64) -> torch.Tensor:
+def _t(a: np.ndarray, dtype: Any = np.float64) -> torch.Tensor:
+    if isinstance(dtype, torch.dtype):  # a storage dtype NumPy lacks (bfloat16): from float64, exact
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).to(dtype)  # for storage values
     return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype))
 
 

@@ -55,11 +55,45 @@ TIER_OPS = (
     "adamw_step",
     "gpt_grads",
 )
-# The operations of the tiers with a storage format (the mixed tiers and float16): the attention
-# kernel, whose rounding points (inputs, the weights before V, outputs) the rule states. A
-# projection or a training step in bfloat16 has more of them (q, k, v stored; gradients and
-# parameters stored) that the rule does not state yet.
-STORAGE_TIER_OPS = ("softmax", "scaled_dot_product_attention")
+# The operations of the tiers with a storage format (the mixed tiers and float16), each with its
+# declared rounding points to storage (attention_ports/truth/bounds.py, "Mixed precision", states the
+# rule; docs/truth-and-bounds.md derives each): the inputs are storage values and every output is
+# stored; between them float32 arithmetic (float16's own at "float16"), rounded to storage where
+# named here. A kernel that rounds fewer of them (keeps an intermediate in float32) passes too. The
+# attention projections, the decoder block, the GPT forward, its gradients and the training steps
+# are not here: stored q and k move the scores by u_s |q||k| (bounds.py, "Mixed precision").
+STORAGE_POINTS: dict[str, tuple[str, ...]] = {
+    "softmax": (),
+    "scaled_dot_product_attention": ("the attention weights before the product with V",),
+    "layer_norm": (),
+    "rms_norm": (),
+    "gelu": (),
+    "sinusoidal_positions": (),
+    "rotary_embedding": ("the cos and sin tables", "each product of the rotation"),
+    "feed_forward": (
+        "the product x W_1 before its bias",
+        "the hidden pre-activation x W_1 + b_1",
+        "gelu's output",
+        "the product gelu(.) W_2 before its bias",
+    ),
+    "decoder_block": (
+        "each layer norm's output",
+        "q, k and v",
+        "the attention weights before the product with V",
+        "each head's output",
+        "each projection's product before its bias, and its result",
+        "gelu's output",
+        "the residual stream after each add",
+    ),
+    "gpt_forward": (
+        "the embedding wte[t] + wpe[p]",
+        "every rounding point of decoder_block, in each block",
+        "the final layer norm's output",
+    ),
+    "lm_loss": ("each position's log-probability of its target",),
+    "adamw_step": ("every elementwise operation's result (torch's optimizer on storage tensors)",),
+}
+STORAGE_TIER_OPS = tuple(STORAGE_POINTS)
 
 
 @dataclass(frozen=True)
@@ -175,10 +209,17 @@ FORMATS: dict[str, Format] = {
 # Mixed: float32's arithmetic (every accumulation constant is float32's), values stored in
 # bfloat16 / float16. The largest relative bound: an output rounded to storage carries u_s of
 # itself, 2^-8 for bfloat16 (times SAFETY, plus the float32 analysis): 2^-4 of the case's largest.
+# The first-order guard is float16's 2^-3 (below), for the same reason: a rule that charges storage
+# roundings (a stored moment, a stored log-probability) has u_s-sized terms, bfloat16's 2^-8 each,
+# that float32's guard would refuse outright; the second-order remainders are charged up to 1/8
+# (the softmax's 9 M^2, the norms' and the optimizer's square roots), and the neglected terms, up to
+# 1/8 of the bound, stay inside SAFETY = 2.
 FORMATS["bfloat16/float32"] = replace(
-    FORMATS["float32"], name="bfloat16/float32", storage=BFLOAT16, max_relative_bound_exp=-4
+    FORMATS["float32"], name="bfloat16/float32", storage=BFLOAT16, max_relative_bound_exp=-4, max_first_order_exp=-3
 )
-FORMATS["float16/float32"] = replace(FORMATS["float32"], name="float16/float32", storage=FLOAT16)
+FORMATS["float16/float32"] = replace(
+    FORMATS["float32"], name="float16/float32", storage=FLOAT16, max_first_order_exp=-3
+)
 # float16 itself (storage = accumulation: Julia's Float16, which rounds every operation to
 # float16). Its storage rounding points (the weights before V, the outputs) are also counted by the
 # rules' own roundings: charged twice, which costs ~u per output and keeps one place for tau_s, the

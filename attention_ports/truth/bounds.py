@@ -195,6 +195,19 @@ bfloat16) is not this tier's arithmetic: it leaves the first-order softmax rule,
 declaration of its own. ``STORAGE_U`` is None outside a mixed tier: the float64 and float32
 analyses are untouched by this paragraph.
 
+The other operations of the storage tiers declare their own rounding points
+(``spec.precision.STORAGE_POINTS``, one entry per operation; each family's module derives its
+terms): the norms, gelu and the sinusoidal table none but the output; the rotation its cos and sin
+tables and products (``storage_point``); the feed-forward, the decoder block and the GPT forward
+every tensor a bfloat16 model passes between torch operations (``storage_node``); lm_loss each
+position's log-probability; adamw_step every elementwise operation (``storage_arithmetic``: the
+rules at ``u_s + u + u_s u``, with ``op_tiny`` per rounding). A kernel that keeps any of them in
+float32 rounds less and is covered. Where storage is the arithmetic itself (float16),
+``ARITH_TINY`` charges a rounding's absolute error in float16's subnormals where a rule meets
+values that small, and a rule whose intermediates pass ``MAX_FINITE`` refuses the case. The
+storage tiers' first-order guard is 2^-3 (spec/precision.py: a rule charging storage roundings has
+bfloat16-sized terms; the remainders are charged up to 1/8).
+
 Stored bound per element::
 
     bound = SAFETY * B  +  RESOLUTION * |expected|  +  UNDERFLOW
@@ -215,7 +228,9 @@ that the stored bytes do not depend on the last bits of a ball's radius.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,6 +257,13 @@ NEGLIGIBLE_LOGIT = 745  # exp(-745) is below half the smallest subnormal
 # tau_s of the storage format; None outside a mixed tier (set by truth/precision.py's rules).
 STORAGE_U: arb | None = None
 STORAGE_TINY = arb(0)
+# A storage tier whose arithmetic is the storage format itself (float16: every operation rounds to
+# float16, whose subnormals start at 6e-5): the absolute error of one rounding there, charged per
+# rounding by the rules that meet values that small (module docstring, "Mixed precision"); 0
+# elsewhere (float32's 2^-150 and float64's are far inside UNDERFLOW). And the arithmetic's largest
+# finite value: a rule whose intermediates pass it refuses the case (BoundError).
+ARITH_TINY = arb(0)
+MAX_FINITE = arb(1.7976931348623157e308)
 
 CONSTANTS = {
     "u": "2^-53",
@@ -605,6 +627,57 @@ def to_storage(x_abs: arb_mat, e_x: arb_mat | None) -> arb_mat:
     prop = _plus(x_abs, e_x)
     err = STORAGE_U * prop + _tiny_where_nonzero(prop)
     return err if e_x is None else err + e_x
+
+
+def storage_point(x_abs: arb, e_x: arb) -> arb:
+    """One value's error after a declared rounding point to storage (module docstring, "Mixed
+    precision"): ``e + u_s (|x| + e) + tau_s`` (no tau_s on an exact 0); ``e`` outside a storage tier."""
+    if STORAGE_U is None:
+        return e_x
+    prop = x_abs + e_x
+    return e_x + STORAGE_U * prop + (arb(0) if prop == 0 else STORAGE_TINY)
+
+
+def storage_node(x_abs: arb_mat, e_x: arb_mat | None) -> arb_mat | None:
+    """``to_storage`` at a declared rounding point inside a graph; ``e_x`` outside a storage tier."""
+    return e_x if STORAGE_U is None else to_storage(x_abs, e_x)
+
+
+@contextlib.contextmanager
+def storage_arithmetic() -> Iterator[None]:
+    """At a storage tier, the rules inside the block charge each operation's rounding at
+    ``u_s + u + u_s u`` (module docstring, "Mixed precision"): a kernel whose every elementwise
+    operation computes in the accumulation format and stores its result (torch's optimizers on
+    bfloat16 tensors); with :func:`op_tiny` per rounding. Nothing changes outside a storage tier."""
+    global U
+    saved = U
+    if STORAGE_U is not None:
+        U = STORAGE_U + U + STORAGE_U * U
+    try:
+        yield
+    finally:
+        U = saved
+
+
+@contextlib.contextmanager
+def scalar_arithmetic() -> Iterator[None]:
+    """At a storage tier, the rules inside the block charge float32's u (2^-24) where that is finer:
+    a step's scalars (bias corrections) formed in float32 or wider (torch's Python floats, a
+    Float16 port's Float64 keywords), whatever the tensors' format. Nothing changes elsewhere."""
+    global U
+    saved = U
+    if STORAGE_U is not None:
+        U = min(U, arb(2.0**-24))
+    try:
+        yield
+    finally:
+        U = saved
+
+
+def op_tiny() -> arb:
+    """The absolute error one rounding may add in a storage tier's subnormals (a stored result's
+    tau_s, float16 arithmetic's own); 0 elsewhere."""
+    return STORAGE_TINY + ARITH_TINY
 
 
 def _tiny_where_nonzero(m: arb_mat) -> arb_mat:

@@ -37,6 +37,13 @@ of its operands (every L_i >= 0, so no cancellation)::
 
 The roundings read ``bounds.U``, ``bounds.C_EXP`` and the rest at call time: the float32 tier
 evaluates the same rule at float32's constants (``truth/precision.py``).
+
+**At a storage tier** (bounds.py, "Mixed precision"): the logits are storage values, the loss
+rule is float32's, and each position's loss (its target's log-probability) is a declared rounding
+point, stored before the mean: ``e_i' = e_i + u_s (L_i + e_i) + tau_s`` (``bounds.storage_point``).
+That is torch's CPU ``cross_entropy`` on bfloat16 or float16 logits, measured: its ``log_softmax``
+returns storage values, then ``nll_loss`` takes their mean in float32 and stores it (the output's
+rounding, the engine's). A kernel that keeps the log-probabilities in float32 is covered.
 """
 
 from __future__ import annotations
@@ -119,7 +126,12 @@ def lm_loss(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, An
     per = [position_loss(rows[i], ids[i], g.track) for i in counted]
     values = [v for v, _ in per]
     loss = sum(values, arb(0)) / len(counted)
-    e = arb_mat([[mean_error([v.abs_upper() for v in values], [err for _, err in per])]]) if g.track else None
+    e = None
+    if g.track:
+        # at a storage tier each position's log-probability is stored before the mean (torch's
+        # cross_entropy: a stored log_softmax, then the mean in float32; module docstring)
+        errs = [bounds.storage_point(v.abs_upper(), err) for v, err in per]  # type: ignore[arg-type]
+        e = arb_mat([[mean_error([v.abs_upper() for v in values], errs)]])
     return {"loss": Out(T(arb_mat([[loss]]), e), ())}
 
 

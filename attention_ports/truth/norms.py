@@ -65,6 +65,15 @@ e_k each). A correct implementation computes the rule's formulation at some x' w
   ``x_k +/- e_k``, ``c_k +/- delta_k``, ``v +/- T s`` (every x' lies in them);
 
 then the affine part, whose rule already takes ``y``'s error bound.
+
+**At a storage tier** (bounds.py, "Mixed precision"): the rule above at the arithmetic's u, the
+output stored by the engine. Where the arithmetic is float16 itself (``bounds.ARITH_TINY`` > 0:
+its subnormals start at 6e-5), a rounding may also err by ``tau`` absolute (half the smallest
+subnormal, 2^-25), which ``r = 1 / sqrt(v + eps)`` amplifies (316 at eps = 1e-5): each rounding of
+the rule is charged ``tau`` more (the mean 2, each centred entry 2, the variance 3, the product
+``c r`` 1, the affine part k); and a row whose sum of |x| or of squares passes the arithmetic's
+largest value (float16's squares past 256) is refused (``BoundError``: a correct implementation
+overflows there).
 """
 
 from __future__ import annotations
@@ -120,18 +129,36 @@ def stat_errors(x: list[arb], c: list[arb]) -> tuple[list[arb], list[arb], arb]:
     """``(|c|, E_c, E_v)`` of one row: the centred entries' and the variance's error bounds (the
     module's rule; x and c may be balls)."""
     n = len(x)
-    u, r_n = bounds.U, rho(n)
+    u, r_n, tiny = bounds.U, rho(n), bounds.ARITH_TINY
     xa = [xi.abs_upper() for xi in x]
     ca = [ci.abs_upper() for ci in c]
-    e_mu = r_n * sum(xa, arb(0)) / n
-    e_c = [e_mu + bounds.C_IN * u * xj + u * (cj + e_mu + bounds.C_IN * u * xj) for xj, cj in zip(xa, ca, strict=True)]
+    _within_range("sum of |x|", sum(xa, arb(0)))
+    e_mu = r_n * sum(xa, arb(0)) / n + 2 * tiny
+    e_c = [
+        e_mu + bounds.C_IN * u * xj + u * (cj + e_mu + bounds.C_IN * u * xj) + 2 * tiny
+        for xj, cj in zip(xa, ca, strict=True)
+    ]
+    squares = sum(((cj + ej) ** 2 for cj, ej in zip(ca, e_c, strict=True)), arb(0))
+    _within_range("sum of squares", squares)
     e_v = (
         2 * sum((cj * ej for cj, ej in zip(ca, e_c, strict=True)), arb(0)) / n
         + sum((ej * ej for ej in e_c), arb(0)) / n
-        + bounds.gamma(n + 1) * sum(((cj + ej) ** 2 for cj, ej in zip(ca, e_c, strict=True)), arb(0)) / n
+        + bounds.gamma(n + 1) * squares / n
         + 2 * r_n * sum((cj * xj for cj, xj in zip(ca, xa, strict=True)), arb(0)) / n
+        + 3 * tiny
     )
     return ca, e_c, e_v
+
+
+def _within_range(what: str, value: arb) -> None:
+    """A row's intermediate (its sum, its sum of squares) past the arithmetic's largest finite value
+    overflows in a correct implementation (float16's squares past 256): the case is refused."""
+    if not value.is_finite():  # the errors carried into the row already have no bound
+        raise bounds.BoundError(f"a row's {what} is unbounded: the errors carried into it have no finite bound")
+    if not (value < bounds.MAX_FINITE):
+        raise bounds.BoundError(
+            f"a row's {what} reaches {_short(value)}, beyond the arithmetic's range ({_short(bounds.MAX_FINITE)})"
+        )
 
 
 def rstd_error(v: arb, e_v: arb, eps: arb, v_low: arb | None = None) -> arb:
@@ -190,8 +217,9 @@ def rms_norm_row(x: list[arb], ms: arb, eps: arb) -> list[arb]:
     n = len(x)
     u = bounds.U
     xa = [xi.abs_upper() for xi in x]
-    e_ms = (bounds.gamma(n + 1) + 2 * rho(n)) * ms.abs_upper()
-    e_c = [bounds.C_IN * u * xj * (1 + u) for xj in xa]
+    _within_range("sum of squares", n * ms.abs_upper())
+    e_ms = (bounds.gamma(n + 1) + 2 * rho(n)) * ms.abs_upper() + 3 * bounds.ARITH_TINY
+    e_c = [bounds.C_IN * u * xj * (1 + u) + bounds.ARITH_TINY for xj in xa]
     return _scaled(xa, e_c, ms.abs_upper(), e_ms, eps)
 
 
@@ -201,7 +229,8 @@ def _scaled(ca: list[arb], e_c: list[arb], v: arb, e_v: arb, eps: arb, v_low: ar
     u = bounds.U
     theta = rstd_error(v, e_v, eps, v_low)
     r = ((v + eps) if v_low is None else (v_low + eps)).rsqrt().abs_upper()
-    return [r * ((cj + ej) * (1 + theta) * (1 + u) - cj) for cj, ej in zip(ca, e_c, strict=True)]
+    tiny = bounds.ARITH_TINY
+    return [r * ((cj + ej) * (1 + theta) * (1 + u) - cj) + tiny for cj, ej in zip(ca, e_c, strict=True)]
 
 
 def affine_error(y: list[arb], e_y: list[arb], w: list[arb] | None, b: list[arb] | None) -> list[arb]:
@@ -211,7 +240,9 @@ def affine_error(y: list[arb], e_y: list[arb], w: list[arb] | None, b: list[arb]
     for j, (yj, ej) in enumerate(zip(y, e_y, strict=True)):
         wa = w[j].abs_upper() if w is not None else arb(1)
         ba = b[j].abs_upper() if b is not None else arb(0)
-        out.append(wa * ej + (bounds.gamma(k) * ((yj.abs_upper() + ej) * wa + ba) if k else arb(0)))
+        out.append(
+            wa * ej + (bounds.gamma(k) * ((yj.abs_upper() + ej) * wa + ba) + k * bounds.ARITH_TINY if k else arb(0))
+        )
     return out
 
 

@@ -65,6 +65,17 @@ Everything is rigorous (the second-order terms are kept by the ``1 / (1 - kappa)
 ``s^2`` of the square root). A missing bias correction, L2 decay in the gradient, eps inside the
 square root, a shifted t, swapped betas or ``|g|`` for ``g^2`` each move a result by 1e-4 relative
 or more on the catalogue's cases, against bounds of a few 1e-15.
+
+**At a storage tier** (bounds.py, "Mixed precision"): p, g, m and v are storage values, and every
+elementwise operation stores its result (torch's single-tensor AdamW on bfloat16 tensors: lerp_,
+mul_, addcmul_, sqrt, the division, add_, mul_, addcdiv_, each computed in float32 and rounded to
+bfloat16). So the rule above is evaluated with u replaced by ``u_s + u + u_s u``
+(``bounds.storage_arithmetic``: a float32 operation then a storage rounding) and each rounding
+charged ``tau_s`` more (``bounds.op_tiny``: the moments 4 and 5, the denominator 3, the update 4).
+The bias corrections are scalars, formed in float32 or wider (torch's Python floats, a Float16
+port's Float64 keywords): their ``kappa`` at float32's u (``bounds.scalar_arithmetic``), then one
+storage rounding (``stored_scalar``). Where eps or ``sqrt(v_hat)`` is in float16's subnormals the
+denominator's relative error passes the guard and the case is refused.
 """
 
 from __future__ import annotations
@@ -133,6 +144,7 @@ def moment_error(b: arb, old: arb, new_term: arb, result: arb, roundings: int) -
         bounds.gamma(roundings) * (b * old_a + (1 - b) * new_term.abs_upper())
         + 2 * u * (1 - b) * old_a
         + u * result.abs_upper()
+        + roundings * bounds.op_tiny()
     )
 
 
@@ -152,6 +164,7 @@ def element_errors(p: arb, m_new: arb, v_new: arb, e_m: arb, e_v: arb, q: arb, d
         theta = sigma + g3 * (1 + sigma)
         qa = q.abs_upper()
         e_d = theta * qa + u * (d.abs_upper() + theta * qa)
+    e_d = e_d + 3 * bounds.op_tiny()  # a storage tier's subnormals: sqrt, the division, + eps
     delta = e_d / d.abs_lower()
     if not (delta < bounds.MAX_FIRST_ORDER):
         raise bounds.BoundError(f"sqrt(v_hat) + eps is within {delta.upper()} relative of its rounding error")
@@ -162,7 +175,12 @@ def element_errors(p: arb, m_new: arb, v_new: arb, e_m: arb, e_v: arb, q: arb, d
         * ((ma + e_m) * (1 + u) ** 4 / ((1 - o["kappa1"]) * (1 - delta)) - ma)
     )
     lr_wd = o["lr"] * o["weight_decay"]
-    return bounds.gamma(4) * (lr_wd + k.abs_upper()) * p.abs_upper() + (1 + u) * e_s + u * (p * k - s).abs_upper()
+    return (
+        bounds.gamma(4) * (lr_wd + k.abs_upper()) * p.abs_upper()
+        + (1 + u) * e_s
+        + u * (p * k - s).abs_upper()
+        + 4 * bounds.op_tiny()
+    )
 
 
 def adamw_step(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
@@ -175,11 +193,30 @@ def adamw_step(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str,
     if np.any(arrs["v"] < 0):
         raise InputError("v (the second moment, a mean of squares) must be >= 0")
     opts = _options(options)
-    t = opts["step"]
+    # a storage tier (module docstring): the scalars formed in float32 or wider, then stored; every
+    # elementwise operation stored
+    b1, b2 = arb(opts["beta1"]), arb(opts["beta2"])
+    with bounds.scalar_arithmetic():
+        corrections = (correction(b1, opts["step"]), correction(b2, opts["step"]))
+    with bounds.storage_arithmetic():
+        return _adamw_step(g, arrs, opts, [(c, stored_scalar(kappa)) for c, kappa in corrections])
+
+
+def stored_scalar(kappa: arb) -> arb:
+    """A scalar's relative error bound ``kappa`` after its rounding to storage (a storage tier's
+    ``u_s`` more, compounded; unchanged elsewhere)."""
+    if bounds.STORAGE_U is None:
+        return kappa
+    return kappa + bounds.STORAGE_U * (1 + kappa)
+
+
+def _adamw_step(
+    g: Graph, arrs: dict[str, np.ndarray], opts: dict[str, Any], corrections: list[tuple[arb, arb]]
+) -> dict[str, Out]:
+    shape = arrs["param"].shape
     b1, b2, eps = arb(opts["beta1"]), arb(opts["beta2"]), arb(opts["eps"])
     lr, wd = arb(opts["lr"]), arb(opts["weight_decay"])
-    c1, kappa1 = correction(b1, t)
-    c2, kappa2 = correction(b2, t)
+    (c1, kappa1), (c2, kappa2) = corrections
     k = 1 - lr * wd
     mats = {name: am.from_array(a) for name, a in arrs.items()}
     rows, cols = am.shape(mats["param"])

@@ -26,6 +26,14 @@ error grows with the position (~4e-13 at p = 4095), which a correct sine must pa
     e_out = |a| e_cos + |b| e_sin + gamma(2) (|a| (|cos| + e_cos) + |b| (|sin| + e_sin))
 
 The sinusoidal table is the sin/cos rule itself. Pairing permutes features only (exact).
+
+**At a storage tier** (bounds.py, "Mixed precision"; ``spec.precision.STORAGE_POINTS``): the table
+is computed in float32 and stored (the engine's output rounding); the rotation's inputs are storage
+values, and its declared rounding points are the cos and sin tables (Hugging Face's
+``cos.to(x.dtype)``) and each of the four products (``x * cos`` on bfloat16 tensors), then the
+sum, stored as the output. So ``e_cos`` and ``e_sin`` become ``e + u_s (|t| + e) + tau_s`` and each
+product adds ``u_s |a| (|cos| + e_cos) + tau_s`` (``_stored_product``); a kernel that keeps them in
+float32 (Meta's complex product in float32, then ``type_as``) rounds at fewer points and is covered.
 """
 
 from __future__ import annotations
@@ -146,14 +154,28 @@ def rotary_embedding(g: Graph, inputs: Mapping[str, np.ndarray], options: Mappin
             values[p][ja] = a * c - b * s
             values[p][jb] = b * c + a * s
             if g.track:
-                es, ec = ang.e_sin[p][i], ang.e_cos[p][i]
                 a_abs, b_abs = abs(xs[p][ja]), abs(xs[p][jb])
                 s_abs, c_abs = s.abs_upper(), c.abs_upper()
-                errors[p][ja] = a_abs * ec + b_abs * es + two * (a_abs * (c_abs + ec) + b_abs * (s_abs + es))
-                errors[p][jb] = b_abs * ec + a_abs * es + two * (b_abs * (c_abs + ec) + a_abs * (s_abs + es))
+                # a storage tier's rounding points (module docstring): the tables stored, then each
+                # product; both no-ops outside one
+                es, ec = bounds.storage_point(s_abs, ang.e_sin[p][i]), bounds.storage_point(c_abs, ang.e_cos[p][i])
+                a_c, a_s = _stored_product(a_abs, c_abs, ec), _stored_product(a_abs, s_abs, es)
+                b_c, b_s = _stored_product(b_abs, c_abs, ec), _stored_product(b_abs, s_abs, es)
+                errors[p][ja] = (
+                    a_abs * ec + b_abs * es + two * (a_abs * (c_abs + ec) + b_abs * (s_abs + es)) + a_c + b_s
+                )
+                errors[p][jb] = (
+                    b_abs * ec + a_abs * es + two * (b_abs * (c_abs + ec) + a_abs * (s_abs + es)) + b_c + a_s
+                )
     flat_v = [v for row in values for v in row]
     e = am.build(n, d, [v for row in errors for v in row]) if g.track else None
     return {"output": Out(T(am.build(n, d, flat_v), e), (n, d))}
+
+
+def _stored_product(x_abs: float, t_abs: arb, e_t: arb) -> arb:
+    """The rounding to storage of a product ``x t`` (t off by e_t) at a storage tier: u_s |x| (|t| +
+    e_t) + tau_s; 0 elsewhere (module docstring, "Mixed precision")."""
+    return bounds.storage_point(x_abs * (t_abs + e_t), arb(0))
 
 
 exact.register_graph("sinusoidal_positions", sinusoidal_positions)

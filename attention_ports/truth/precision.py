@@ -14,9 +14,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 from flint import arb
 
-from attention_ports.spec.precision import Format
+from attention_ports.spec.precision import STORAGE_POINTS, Format
 from attention_ports.truth import bounds
 from attention_ports.truth import engine as truth
 
@@ -29,6 +30,8 @@ _RULE_PARAMETERS = (
     "NEGLIGIBLE_LOGIT",
     "STORAGE_U",
     "STORAGE_TINY",
+    "ARITH_TINY",
+    "MAX_FINITE",
 )
 
 
@@ -53,6 +56,9 @@ def rules(fmt: Format) -> Iterator[None]:
         # mixed precision: the rounding points to storage (bounds.py, "Mixed precision")
         bounds.STORAGE_U = arb(fmt.storage.u) if fmt.storage is not None else None
         bounds.STORAGE_TINY = arb(fmt.storage.tiny) * fmt.subnormal_roundings if fmt.storage is not None else arb(0)
+        # storage = accumulation (float16): every operation's rounding may land in the subnormals
+        bounds.ARITH_TINY = arb(fmt.storage.tiny) if fmt.storage is not None and fmt.dtype == np.float16 else arb(0)
+        bounds.MAX_FINITE = arb(fmt.max_finite)
         truth._MEMO = {}
         yield
     finally:
@@ -76,7 +82,10 @@ def constants(fmt: Format) -> dict[str, Any]:
                 "storage": fmt.storage.name,
                 "u_storage": f"2^-{fmt.storage.mantissa_bits}",
                 "tau_storage": f"{fmt.subnormal_roundings} x 2^{fmt.storage.min_subnormal_exp - 1}",
-                "rounded_to_storage": ["inputs", "attention weights before the product with V", "outputs"],
+                "rounded_to_storage": {
+                    "every operation": ["inputs", "outputs"],
+                    **{op: list(points) for op, points in STORAGE_POINTS.items() if points},
+                },
             }
             if fmt.storage is not None
             else {}

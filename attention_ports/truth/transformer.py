@@ -45,6 +45,19 @@ theorem, with J enclosed over the whole ball by forward-mode differentiation in 
 every sublayer's and the final norm and head's. The Jacobian costs about (n d) x (n d_ff) entrywise
 operations a sublayer: past ``MAX_DIRECTIONS`` input elements the error is carried node by node
 (the rules above, ``layer_norm_carried`` and ``gelu_carried`` among them), sound but looser.
+
+**At a storage tier** (bounds.py, "Mixed precision"; ``spec.precision.STORAGE_POINTS``): the
+inputs and parameters are storage values, the arithmetic is float32's (float16's at "float16"),
+and every tensor a bfloat16 model hands from one torch operation to the next is stored: each layer
+norm's output, q, k and v, the attention weights before V (``bounds.weighted_values``), each head's
+output, each projection's result (``stored``), gelu's output, the residual stream after each add,
+the embedding; a projection's product may also be stored before its bias (``projection``: two
+storage tensors' ops, ``x @ W`` then ``+ b``; torch's CPU ``F.linear`` rounds once). Each point is
+``bounds.to_storage``: ``e + u_s (|x| + e) + tau_s``. Stored q and k reach the softmax as logit
+errors of about ``s u_s |q||k|``, within the storage tiers' first-order guard (2^-3) only for
+small scores; the carried error through ``through`` is unchanged (the Jacobian is the exact
+function's). The block's output is stored twice (its residual and the engine's output point):
+conservative by ``u_s |y|``.
 """
 
 from __future__ import annotations
@@ -91,9 +104,36 @@ def ffn_params(inputs: Mapping[str, np.ndarray], d: int, prefix: str = "") -> di
 
 
 def feed_forward_t(g: Graph, x: T, p: Mapping[str, T], form: str) -> T:
-    """``gelu(x W_1 + b_1) W_2 + b_2``, every rule propagating the errors x carries."""
-    hidden = g.affine(x, p["w_1"], p["b_1"])
-    return g.affine(activations.gelu_t(g, hidden, form), p["w_2"], p["b_2"])
+    """``gelu(x W_1 + b_1) W_2 + b_2``, every rule propagating the errors x carries; at a storage
+    tier the hidden pre-activation and gelu's output are stored, and each product may be stored
+    before its bias (module docstring, "At a storage tier"; the output is stored by the engine)."""
+    hidden = stored(g, projection(g, x, p["w_1"], p["b_1"]))
+    return projection(g, stored(g, activations.gelu_t(g, hidden, form)), p["w_2"], p["b_2"])
+
+
+def stored(g: Graph, t: T) -> T:
+    """``t`` at a declared rounding point to storage (``bounds.storage_node``); as it is outside a
+    storage tier."""
+    return T(t.v, bounds.storage_node(am.eabs(t.v), t.e)) if g.track else t
+
+
+def projection(g: Graph, x: T, w: T, b: T | None) -> T:
+    """``X W + b`` (``Graph.affine``); at a storage tier the product ``X W`` may also be stored
+    before its bias is added (two storage tensors' ops: ``x @ W``, then ``+ b``): ``u_s (|X| +
+    e_X) |W| + tau_s`` more. torch's CPU ``F.linear`` adds the bias before its one rounding."""
+    t = g.affine(x, w, b)
+    if not g.track or bounds.STORAGE_U is None:
+        return t
+    assert t.e is not None
+    # float16 arithmetic (ARITH_TINY > 0): each of the k products and k sums may round in the subnormals
+    e = t.e + am.full(*t.shape, (2 * x.shape[1] + 1) * bounds.ARITH_TINY)
+    return T(t.v, e if b is None else e + _pre_bias(x, w))
+
+
+def _pre_bias(x: T, w: T) -> arb_mat:
+    """The product's rounding to storage, at an upper bound of its magnitude ``(|X| + e_X) |W|``."""
+    product = (x.abs if x.e is None else x.abs + x.e) * w.abs
+    return bounds.to_storage(product, None)
 
 
 def block_shapes(d: int, d_ff: int) -> dict[str, tuple[int, ...]]:
@@ -181,7 +221,8 @@ class NormNode:
 
 
 def norm_node(g: Graph, x: T, w: T, b: T, eps: arb) -> NormNode:
-    return NormNode(enclose(x), norms.layer_norm_t(g, x, _entries(w), _entries(b), eps), eps, g.track)
+    """A layer norm whose output a storage tier stores (module docstring, "At a storage tier")."""
+    return NormNode(enclose(x), stored(g, norms.layer_norm_t(g, x, _entries(w), _entries(b), eps)), eps, g.track)
 
 
 @dataclass
@@ -211,17 +252,20 @@ class FfnNodes:
 def attention_nodes(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb) -> AttentionNodes:
     """``x + attn(ln_1(x))``: causal multi-head attention with the output projection."""
     ln = norm_node(g, x, p["ln1_w"], p["ln1_b"], eps)
-    q, k, v = (g.affine(ln.out, p[f"w_{s}"], p[f"b_{s}"]) for s in "qkv")
+    q, k, v = (stored(g, projection(g, ln.out, p[f"w_{s}"], p[f"b_{s}"])) for s in "qkv")
+    # at a storage tier the weights are stored before V (bounds.weighted_values), then each head's output
     heads = exact.attend_heads(g, q, k, v, h, causal_mask(x.shape[0]))
-    return AttentionNodes(ln, q, k, v, heads, residual(g, x, g.affine(heads.concat, p["w_o"], p["b_o"])))
+    heads.concat = stored(g, heads.concat)
+    out = stored(g, residual(g, x, stored(g, projection(g, heads.concat, p["w_o"], p["b_o"]))))
+    return AttentionNodes(ln, q, k, v, heads, out)
 
 
 def ffn_nodes(g: Graph, x: T, p: Mapping[str, T], eps: arb, form: str) -> FfnNodes:
     """``x + ffn(ln_2(x))``."""
     ln = norm_node(g, x, p["ln2_w"], p["ln2_b"], eps)
-    hidden = g.affine(ln.out, p["w_1"], p["b_1"])
-    act = activations.gelu_t(g, hidden, form)
-    return FfnNodes(ln, hidden, act, residual(g, x, g.affine(act, p["w_2"], p["b_2"])))
+    hidden = stored(g, projection(g, ln.out, p["w_1"], p["b_1"]))
+    act = stored(g, activations.gelu_t(g, hidden, form))
+    return FfnNodes(ln, hidden, act, stored(g, residual(g, x, stored(g, projection(g, act, p["w_2"], p["b_2"])))))
 
 
 def attention_sublayer(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb) -> T:
@@ -493,7 +537,7 @@ def embed(g: Graph, ids: list[int], wte: np.ndarray, wpe: np.ndarray) -> T:
     """``wte[t_i] + wpe[i]``: an exact gather, one rounding for the sum (``u |x|``)."""
     n, d = len(ids), wte.shape[1]
     v = am.build(n, d, [arb(float(wte[t, j])) + arb(float(wpe[i, j])) for i, t in enumerate(ids) for j in range(d)])
-    return T(v, bounds.U * am.eabs(v) if g.track else None)
+    return stored(g, T(v, bounds.U * am.eabs(v) if g.track else None))
 
 
 @dataclass
@@ -555,7 +599,7 @@ def gpt_nodes(g: Graph, gi: GptInputs) -> GptNodes:
 
     def head(g_: Graph, x_: T) -> HeadNodes:
         ln = norm_node(g_, x_, gi.lnf_w, gi.lnf_b, gi.eps)
-        return HeadNodes(ln, g_.affine(ln.out, gi.head, None))
+        return HeadNodes(ln, projection(g_, ln.out, gi.head, None))
 
     final = captured(g, x, head, lambda t: t_affine(t_layer_norm(t, gi.lnf_w, gi.lnf_b, gi.eps), gi.head, None))
     return GptNodes(blocks, final)

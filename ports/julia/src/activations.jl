@@ -6,6 +6,8 @@
 
 _erf(x::Float64) = ccall((:erf, Base.Math.libm), Float64, (Float64,), x)
 _erf(x::Float32) = ccall((:erff, Base.Math.libm), Float32, (Float32,), x)
+# libm has no half-precision erf: Float32's, rounded once (as Julia's own Float16 exp and tanh are)
+_erf(x::Float16) = Float16(_erf(Float32(x)))
 
 """
     gelu(x; approximate = "none")
