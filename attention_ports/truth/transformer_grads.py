@@ -165,6 +165,15 @@ class Back:
 
     track: bool
     rounded: bool = True  # forward nodes widened by their rounding bounds (False: the bare stage)
+    # one direction of the entering error through the stage (``_images``): no roundings charged
+    # (track False), the nodes' enclosures, and none of the value pass's exact zeros, which hold for
+    # the exact nodes only (an implementation's computed softmax rows need not sum to exactly 1)
+    linear: bool = False
+
+    @property
+    def exact_values(self) -> bool:
+        """The value pass: exact nodes, so its identities (rows of dS summing to 0) hold."""
+        return not self.track and not self.linear
 
     def node(self, t: T) -> arb_mat:
         """A forward node as the backward reads it: its enclosure, or (bare) its value balls."""
@@ -207,23 +216,23 @@ class Back:
         assert a is not None
         return self.charge(Pair(a, f("b")), rad)
 
-    def colsum(self, x: Pair, extra: int = 0) -> arb_mat:
-        """Column sums (a bias gradient), as an enclosure."""
-        y = self.charge(x.map(am.colsum), lambda: bounds.gamma(x.a.nrows() + extra) * am.colsum(x.mag()))
-        return y.enclosure()
+    def colsum(self, x: Pair, extra: int = 0) -> Pair:
+        """Column sums (a bias gradient)."""
+        return self.charge(x.map(am.colsum), lambda: bounds.gamma(x.a.nrows() + extra) * am.colsum(x.mag()))
 
     def add(self, x: Pair, y: Pair) -> Pair:
         out = Pair(x.a + y.a, None if x.b is None else x.b + y.b)
         return self.charge(out, lambda: bounds.U * out.mag())
 
-    def settle(self, out: Pair, bare: Pair, entered: Pair, jac: arb_mat | None) -> Pair:
+    def settle(self, out: Pair, bare: Pair, entered: Pair, jac: arb_mat | None, image: arb_mat) -> Pair:
         """The end of a stage: the enclosure of the gradient it computed, restarted as a point and
-        its error for the next stage. The error's image is ``|b|``, or ``|J|^T e`` plus what the
-        forward nodes' roundings add to it (``|b| - |bare b|``), where the sublayer's Jacobian is
-        known: the smaller of the two, entrywise (module docstring, "Stages")."""
+        its error for the next stage. The error's image is bounded three ways: ``|b|``, ``image``
+        (``_images``: direction by direction), and ``|J|^T e`` plus what the forward nodes'
+        roundings add to it (``|b| - |bare b|``), where the sublayer's Jacobian is known: the
+        smallest, entrywise (module docstring, "Stages")."""
         if not self.track or out.b is None:
             return out
-        spread = am.eabs(out.b)
+        spread = _least(am.eabs(out.b), image)
         if jac is not None and entered.b is not None:
             e = am.eabs(entered.b)
             through = jac * am.build(e.nrows() * e.ncols(), 1, e.entries())
@@ -249,7 +258,7 @@ def _t(m: arb_mat) -> arb_mat:
     return m.transpose()
 
 
-def layer_norm_back(bk: Back, node: NormNode, dy: Pair, w: T) -> tuple[Pair, arb_mat, arb_mat]:
+def layer_norm_back(bk: Back, node: NormNode, dy: Pair, w: T) -> tuple[Pair, Pair, Pair]:
     """(dx, dw, db) of ``y = yhat w + b`` (module docstring)."""
     yhat_rows, rs, xrs = node.stats(bk.rounded)
     n_rows, n = am.shape(dy.a)
@@ -331,7 +340,7 @@ def _centred(bk: Back, m: arb_mat, rows: bool) -> arb_mat:
     is unchanged when k's rows (W_head's columns, V's rows) are shifted by a common vector; shifted
     by the first, a factor with equal rows gives an exact 0, where a ball would keep a radius that
     no precision certifies as 0. The bound pass keeps the computed operands (whose sums are not 0)."""
-    if bk.track:
+    if not bk.exact_values:
         return m
     e = m.entries()
     r, c = am.shape(m)
@@ -360,6 +369,97 @@ def attention_back(bk: Back, att: transformer.AttentionNodes, d_cat: Pair, h: in
     return hcat(dqs), hcat(dks), hcat(dvs)
 
 
+# -------------------------------------------------------------------- the nodes the backward reads
+
+
+def _carried(t: transformer.Tangent, e: arb_mat) -> arb_mat:
+    """``sum_k sup |d n / d x_k| e_k`` per entry of a node n, its tangent enclosed over the input's
+    ball: by the mean value theorem, how far n moves over that ball."""
+    n_rows, w = am.shape(t.v)
+    d = am.build(t.m, n_rows * w, [z.abs_upper() for z in t.d.entries()])
+    return am.build(n_rows, w, (am.build(1, t.m, e.entries()) * d).entries())
+
+
+def _narrowed(node: T, point: T, t: transformer.Tangent, e: arb_mat) -> T:
+    """``node`` with value balls (each holding the node's exact value at every input x' of the
+    sublayer's ball) the narrower, entry by entry, of its own pass's (the sublayer evaluated on the
+    ball) and ``n(mid) +/- _carried``; its rounding bound unchanged (module docstring, "Nodes")."""
+    centred = widen(point.v, _carried(t, e))
+    v = [a if not (b.rad() < a.rad()) else b for a, b in zip(node.v.entries(), centred.entries(), strict=True)]
+    return T(am.build(*node.shape, v), node.e)
+
+
+def _split(x: arb_mat) -> tuple[arb_mat, arb_mat]:
+    """A ball matrix as its midpoints (exact) and radii."""
+    mid = am.build(*am.shape(x), [arb(z.mid()) for z in x.entries()])
+    return mid, am.build(*am.shape(x), [z.rad().abs_upper() for z in x.entries()])
+
+
+def _norm_narrowed(ln: NormNode, point: NormNode, t: transformer.Tangent, e: arb_mat) -> NormNode:
+    return NormNode(ln.x, _narrowed(ln.out, point.out, t, e), ln.eps, ln.track)
+
+
+def _attention_narrowed(
+    att: transformer.AttentionNodes, p: Mapping[str, T], h: int, eps: arb
+) -> transformer.AttentionNodes:
+    """The attention sublayer's nodes, narrowed (``_narrowed``)."""
+    mid, e = _split(att.ln.x)
+    point = transformer.attention_nodes(Graph(track=False), T(mid), p, h, eps)
+    ta = transformer.t_layer_norm(transformer.Tangent.seed(att.ln.x), p["ln1_w"], p["ln1_b"], eps)
+    tq, tk, tv = (transformer.t_affine(ta, p[f"w_{s}"], p[f"b_{s}"]) for s in "qkv")
+    weights: list[transformer.Tangent] = []
+    concat = transformer.t_attention(tq, tk, tv, h, transformer.causal_mask(mid.nrows()), weights)
+    heads = exact.Heads(
+        _narrowed(att.heads.concat, point.heads.concat, concat, e),
+        [_narrowed(a, pa, ta_, e) for a, pa, ta_ in zip(att.heads.weights, point.heads.weights, weights, strict=True)],
+        att.heads.dead,
+    )
+    return transformer.AttentionNodes(
+        _norm_narrowed(att.ln, point.ln, ta, e),
+        _narrowed(att.q, point.q, tq, e),
+        _narrowed(att.k, point.k, tk, e),
+        _narrowed(att.v, point.v, tv, e),
+        heads,
+        att.out,
+        att.jac,
+    )
+
+
+def _ffn_narrowed(ffn: transformer.FfnNodes, p: Mapping[str, T], eps: arb, form: str) -> transformer.FfnNodes:
+    """The feed-forward sublayer's nodes, narrowed (``_narrowed``)."""
+    mid, e = _split(ffn.ln.x)
+    point = transformer.ffn_nodes(Graph(track=False), T(mid), p, eps, form)
+    tm = transformer.t_layer_norm(transformer.Tangent.seed(ffn.ln.x), p["ln2_w"], p["ln2_b"], eps)
+    th = transformer.t_affine(tm, p["w_1"], p["b_1"])
+    return transformer.FfnNodes(
+        _norm_narrowed(ffn.ln, point.ln, tm, e),
+        _narrowed(ffn.hidden, point.hidden, th, e),
+        _narrowed(ffn.act, point.act, transformer.t_gelu(th, form), e),
+        ffn.out,
+        ffn.jac,
+    )
+
+
+def _head_narrowed(head: transformer.HeadNodes, gi: transformer.GptInputs) -> transformer.HeadNodes:
+    """The final norm's output, narrowed (``_narrowed``)."""
+    mid, e = _split(head.ln.x)
+    point = transformer.norm_node(Graph(track=False), T(mid), gi.lnf_w, gi.lnf_b, gi.eps)
+    tm = transformer.t_layer_norm(transformer.Tangent.seed(head.ln.x), gi.lnf_w, gi.lnf_b, gi.eps)
+    return transformer.HeadNodes(_norm_narrowed(head.ln, point, tm, e), head.out, head.jac)
+
+
+def _narrowed_nodes(fw: transformer.GptNodes, gi: transformer.GptInputs) -> transformer.GptNodes:
+    """Every node the backward reads, narrowed where the sublayer's input is small enough for its
+    Jacobian (``transformer.MAX_DIRECTIONS``); else as the forward made them."""
+    if fw.final.ln.x.nrows() * fw.final.ln.x.ncols() > transformer.MAX_DIRECTIONS:
+        return fw
+    blocks = [
+        (_attention_narrowed(att, p, gi.h, gi.eps), _ffn_narrowed(ffn, p, gi.eps, gi.form))
+        for p, (att, ffn) in zip(gi.blocks, fw.blocks, strict=True)
+    ]
+    return transformer.GptNodes(blocks, _head_narrowed(fw.final, gi))
+
+
 @dataclass
 class Step:
     losses: list[arb]  # each counted position's loss (values, or enclosures)
@@ -370,6 +470,8 @@ def _step(g: Graph, gi: transformer.GptInputs, targets: list[int], counted: list
     """The forward and backward on ``g``: exact values, or (``g.track``) enclosures."""
     bk = Back(g.track)
     fw = transformer.gpt_nodes(g, gi)
+    if g.track:
+        fw = _narrowed_nodes(fw, gi)
     logits = fw.final.out
     n, vocab = logits.shape
     c = len(counted)
@@ -393,16 +495,13 @@ def _step(g: Graph, gi: transformer.GptInputs, targets: list[int], counted: list
     entered = restart(widen(d_logits, am.build(n, vocab, rad))) if g.track else Pair(d_logits)
 
     grads: dict[str, list[arb_mat]] = {name: [] for name in GPT_PARAMS}
-    dx, head = _stage(bk, lambda b: _head_stage(b, fw.final, gi, entered), entered, fw.final.jac)
+    dx, head = _stage(bk, lambda b, dz: _head_stage(b, fw.final, gi, dz), entered, fw.final.jac)
     for name, m in head.items():
         grads[name] = [m]
     per_block: list[dict[str, arb_mat]] = []
     for p, (att, ffn) in reversed(list(zip(gi.blocks, fw.blocks, strict=True))):
-        dy = dx
-        d_mid, gb = _stage(bk, lambda b, dy=dy, p=p, ffn=ffn: _ffn_stage(b, ffn, p, gi.form, dy), dy, ffn.jac)
-        dx, ga = _stage(
-            bk, lambda b, d_mid=d_mid, p=p, att=att: _attention_stage(b, att, p, gi.h, d_mid), d_mid, att.jac
-        )
+        d_mid, gb = _stage(bk, lambda b, dy, p=p, ffn=ffn: _ffn_stage(b, ffn, p, gi.form, dy), dx, ffn.jac)
+        dx, ga = _stage(bk, lambda b, dy, p=p, att=att: _attention_stage(b, att, p, gi.h, dy), d_mid, att.jac)
         per_block.append({**gb, **ga})
     for gb in reversed(per_block):
         for name in BLOCK_PARAMS:
@@ -412,22 +511,56 @@ def _step(g: Graph, gi: transformer.GptInputs, targets: list[int], counted: list
     return Step(loss_terms, grads)
 
 
-Stage = Callable[[Back], tuple[Pair, dict[str, arb_mat]]]
+Stage = Callable[[Back, Pair], tuple[Pair, dict[str, Pair]]]
 
 
 def _stage(bk: Back, stage: Stage, entered: Pair, jac: arb_mat | None) -> tuple[Pair, dict[str, arb_mat]]:
-    """One stage: its input gradient (settled: module docstring, "Stages") and parameter gradients.
-    A bound pass runs it twice, on the nodes' enclosures and (bare) on their value balls."""
-    out, grads = stage(bk)
+    """One stage: its input gradient (settled: module docstring, "Stages") and parameter gradients
+    (enclosures). A bound pass runs it on the nodes' enclosures, (bare) on their value balls, and
+    once per element of the entering error (``_images``)."""
+    out, grads = stage(bk, entered)
     if not bk.track:
-        return out, grads
-    bare, _ = stage(Back(track=True, rounded=False))
-    return bk.settle(out, bare, entered, jac), grads
+        return out, {name: g.a for name, g in grads.items()}
+    bare, _ = stage(Back(track=True, rounded=False), entered)
+    image, images = _images(stage, entered)
+    enclosed = {name: widen(g.a, _least(am.eabs(g.b), images[name])) for name, g in grads.items()}
+    return bk.settle(out, bare, entered, jac, image), enclosed
+
+
+def _least(x: arb_mat, y: arb_mat) -> arb_mat:
+    """The entrywise minimum of two upper bounds."""
+    return am.build(*am.shape(x), [a.min(b) for a, b in zip(x.entries(), y.entries(), strict=True)])
+
+
+def _images(stage: Stage, entered: Pair) -> tuple[arb_mat, dict[str, arb_mat]]:
+    """``sum_k |L(n') u_k| e_k`` for the stage's input gradient and every parameter gradient: the
+    entering error's exact image ``L(n') delta`` (the backward is linear in delta, L its matrix at
+    the nodes n' an implementation holds) bounded direction by direction, each direction ``e_k u_k``
+    a point run through the stage on the nodes' enclosures (module docstring, "Stages")."""
+    assert entered.b is not None
+    e = am.eabs(entered.b)
+    rows, cols = am.shape(e)
+    total: arb_mat | None = None
+    totals: dict[str, arb_mat] = {}
+    linear = Back(track=False, linear=True)
+    for k, ek in enumerate(e.entries()):
+        if ek == 0:
+            continue
+        direction = am.zeros(rows, cols)
+        direction[k // cols, k % cols] = ek
+        out, grads = stage(linear, Pair(direction))
+        total = am.eabs(out.a) if total is None else total + am.eabs(out.a)
+        for name, g in grads.items():
+            totals[name] = am.eabs(g.a) if name not in totals else totals[name] + am.eabs(g.a)
+    if total is None:  # no error entered: the images are exactly 0
+        out, grads = stage(linear, Pair(am.zeros(rows, cols)))
+        return am.eabs(out.a), {name: am.eabs(g.a) for name, g in grads.items()}
+    return total, totals
 
 
 def _head_stage(bk: Back, head: transformer.HeadNodes, gi: transformer.GptInputs, dz: Pair) -> tuple[Pair, dict]:
     """The LM head and the final layer norm."""
-    g = {"w_head": bk.lmm(_t(bk.node(head.ln.out)), dz).enclosure()}
+    g = {"w_head": bk.lmm(_t(bk.node(head.ln.out)), dz)}
     dx, g["lnf_w"], g["lnf_b"] = layer_norm_back(
         bk, head.ln, bk.mm(dz, _t(_centred(bk, gi.head.v, rows=False))), gi.lnf_w
     )
@@ -436,9 +569,9 @@ def _head_stage(bk: Back, head: transformer.HeadNodes, gi: transformer.GptInputs
 
 def _ffn_stage(bk: Back, ffn: transformer.FfnNodes, p: Mapping[str, T], form: str, dy: Pair) -> tuple[Pair, dict]:
     """``y = x + ffn(ln_2(x))``: dx and the feed-forward's and ln_2's gradients."""
-    gb = {"w_2": bk.lmm(_t(bk.node(ffn.act)), dy).enclosure(), "b_2": bk.colsum(dy)}
+    gb = {"w_2": bk.lmm(_t(bk.node(ffn.act)), dy), "b_2": bk.colsum(dy)}
     d_hidden = gelu_back(bk, ffn.hidden, bk.mm(dy, _t(p["w_2"].v)), form)
-    gb["w_1"] = bk.lmm(_t(bk.node(ffn.ln.out)), d_hidden).enclosure()
+    gb["w_1"] = bk.lmm(_t(bk.node(ffn.ln.out)), d_hidden)
     gb["b_1"] = bk.colsum(d_hidden)
     d_m, gb["ln2_w"], gb["ln2_b"] = layer_norm_back(bk, ffn.ln, bk.mm(d_hidden, _t(p["w_1"].v)), p["ln2_w"])
     return bk.add(dy, d_m), gb
@@ -448,14 +581,14 @@ def _attention_stage(
     bk: Back, att: transformer.AttentionNodes, p: Mapping[str, T], h: int, dy: Pair
 ) -> tuple[Pair, dict]:
     """``y = x + attn(ln_1(x))``: dx and the attention's and ln_1's gradients."""
-    gb = {"w_o": bk.lmm(_t(bk.node(att.heads.concat)), dy).enclosure(), "b_o": bk.colsum(dy)}
+    gb = {"w_o": bk.lmm(_t(bk.node(att.heads.concat)), dy), "b_o": bk.colsum(dy)}
     dq, dk, dv = attention_back(bk, att, bk.mm(dy, _t(p["w_o"].v)), h)
     a = _t(bk.node(att.ln.out))
     for name, dproj in (("q", dq), ("k", dk), ("v", dv)):
-        gb[f"w_{name}"] = bk.lmm(a, dproj).enclosure()
+        gb[f"w_{name}"] = bk.lmm(a, dproj)
         gb[f"b_{name}"] = bk.colsum(dproj)
-    if not bk.track:  # exactly 0: the rows of dS sum to 0 (module docstring)
-        gb["b_k"] = am.zeros(*am.shape(gb["b_k"]))
+    if bk.exact_values:  # exactly 0: the rows of dS sum to 0 (module docstring)
+        gb["b_k"] = Pair(am.zeros(*am.shape(gb["b_k"].a)))
     d_a = bk.mm_sum([(dq, _t(p["w_q"].v)), (dk, _t(p["w_k"].v)), (dv, _t(p["w_v"].v))])
     d_x, gb["ln1_w"], gb["ln1_b"] = layer_norm_back(bk, att.ln, d_a, p["ln1_w"])
     return bk.add(dy, d_x), gb
