@@ -110,7 +110,7 @@ the measured worst fractions and the bound's relative size: docs/truth-and-bound
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -142,6 +142,9 @@ class Pair:
 
     a: arb_mat
     b: arb_mat | None = None
+    # an entering gradient's error as its sources: ``delta = sum_j t_j cols[j]``, ``|t_j| <= 1``
+    # (``sources``); b is then the box ``[-sum_j |cols[j]|, +sum_j |cols[j]|]``
+    cols: list[arb_mat] | None = None
 
     def map(self, f: Callable[[arb_mat], arb_mat]) -> Pair:
         return Pair(f(self.a), None if self.b is None else f(self.b))
@@ -169,6 +172,15 @@ class Back:
     # (track False), the nodes' enclosures, and none of the value pass's exact zeros, which hold for
     # the exact nodes only (an implementation's computed softmax rows need not sum to exactly 1)
     linear: bool = False
+    # what a stage's runs read from its forward nodes (a layer norm's stats, gelu'), computed once
+    # per Back: ``_images`` runs one stage many times on the same nodes
+    memo: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+    def once(self, kind: str, node: object, make: Callable[[], Any]) -> Any:
+        key = (kind, id(node))
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
 
     @property
     def exact_values(self) -> bool:
@@ -177,7 +189,7 @@ class Back:
 
     def node(self, t: T) -> arb_mat:
         """A forward node as the backward reads it: its enclosure, or (bare) its value balls."""
-        return enclose(t) if self.rounded else t.v
+        return self.once("node", t, lambda: enclose(t) if self.rounded else t.v)
 
     def charge(self, y: Pair, rad: Callable[[], arb_mat]) -> Pair:
         if self.track:
@@ -224,34 +236,31 @@ class Back:
         out = Pair(x.a + y.a, None if x.b is None else x.b + y.b)
         return self.charge(out, lambda: bounds.U * out.mag())
 
-    def settle(self, out: Pair, bare: Pair, entered: Pair, jac: arb_mat | None, image: arb_mat) -> Pair:
-        """The end of a stage: the enclosure of the gradient it computed, restarted as a point and
-        its error for the next stage. The error's image is bounded three ways: ``|b|``, ``image``
-        (``_images``: direction by direction), and ``|J|^T e`` plus what the forward nodes'
-        roundings add to it (``|b| - |bare b|``), where the sublayer's Jacobian is known: the
-        smallest, entrywise (module docstring, "Stages")."""
-        if not self.track or out.b is None:
-            return out
-        spread = _least(am.eabs(out.b), image)
-        if jac is not None and entered.b is not None:
-            e = am.eabs(entered.b)
-            through = jac * am.build(e.nrows() * e.ncols(), 1, e.entries())
-            low = 1 - arb(2) ** -100  # |bare b| is an upper bound, above the exact one by far less
-            spread = am.build(
-                *am.shape(spread),
-                [
-                    x.min(t + (x - y * low).max(arb(0)))
-                    for x, t, y in zip(spread.entries(), through.entries(), am.eabs(bare.b).entries(), strict=True)
-                ],
-            )
-        return restart(widen(out.a, spread))
+
+def sources(c: arb_mat, cols: list[arb_mat]) -> Pair:
+    """A stage's entering gradient: c (exact) and the error ``sum_j t_j cols[j]``, ``|t_j| <= 1``."""
+    box = am.zeros(*am.shape(c))
+    for col in cols:
+        box = box + am.eabs(col)
+    return Pair(c, am.emap(box, lambda r: arb(0, r)), cols)
+
+
+def _units(rad: arb_mat) -> list[arb_mat]:
+    """A box of radii as independent sources: ``r_k u_k``, one per nonzero element."""
+    rows, cols = am.shape(rad)
+    out = []
+    for k, r in enumerate(rad.entries()):
+        if r != 0:
+            unit = am.zeros(rows, cols)
+            unit[k // cols, k % cols] = r
+            out.append(unit)
+    return out
 
 
 def restart(ball: arb_mat) -> Pair:
-    """A stage's entering gradient: its balls' midpoints (exact) and the error around them."""
-    mids = [arb(x.mid()) for x in ball.entries()]
-    errs = [arb(0, (x - c).abs_upper()) for x, c in zip(ball.entries(), mids, strict=True)]
-    return Pair(am.build(*am.shape(ball), mids), am.build(*am.shape(ball), errs))
+    """A stage's entering gradient from balls: their midpoints (exact), each radius a source."""
+    mid, rad = _split(ball)
+    return sources(mid, _units(rad))
 
 
 def _t(m: arb_mat) -> arb_mat:
@@ -260,7 +269,7 @@ def _t(m: arb_mat) -> arb_mat:
 
 def layer_norm_back(bk: Back, node: NormNode, dy: Pair, w: T) -> tuple[Pair, Pair, Pair]:
     """(dx, dw, db) of ``y = yhat w + b`` (module docstring)."""
-    yhat_rows, rs, xrs = node.stats(bk.rounded)
+    yhat_rows, rs, xrs = bk.once("stats", node, lambda: node.stats(bk.rounded))
     n_rows, n = am.shape(dy.a)
     yhat = am.build(n_rows, n, [y for row in yhat_rows for y in row])
     d_w = bk.colsum(dy.map(lambda z: am.emul(z, yhat)), extra=1)
@@ -302,9 +311,12 @@ def _gelu_magnitude(h: arb, form: str) -> arb:
 def gelu_back(bk: Back, h: T, dy: Pair, form: str) -> Pair:
     """``dy gelu'(h)`` entrywise, h the pre-activations' node: gelu' over its value balls, widened
     by ``GELU_LIPSCHITZ`` times its rounding bound (``|gelu''| <= GELU_LIPSCHITZ``)."""
-    der = am.build(*h.shape, [activations._derivative(x, form) for x in h.v.entries()])
-    if bk.rounded and h.e is not None:
-        der = widen(der, GELU_LIPSCHITZ * h.e)
+
+    def derivative() -> arb_mat:
+        der = am.build(*h.shape, [activations._derivative(x, form) for x in h.v.entries()])
+        return widen(der, GELU_LIPSCHITZ * h.e) if bk.rounded and h.e is not None else der
+
+    der = bk.once("gelu'", h, derivative)
     out = dy.map(lambda z: am.emul(z, der))
 
     def rad() -> arb_mat:
@@ -495,13 +507,13 @@ def _step(g: Graph, gi: transformer.GptInputs, targets: list[int], counted: list
     entered = restart(widen(d_logits, am.build(n, vocab, rad))) if g.track else Pair(d_logits)
 
     grads: dict[str, list[arb_mat]] = {name: [] for name in GPT_PARAMS}
-    dx, head = _stage(bk, lambda b, dz: _head_stage(b, fw.final, gi, dz), entered, fw.final.jac)
+    dx, head = _stage(bk, lambda b, dz: _head_stage(b, fw.final, gi, dz), entered)
     for name, m in head.items():
         grads[name] = [m]
     per_block: list[dict[str, arb_mat]] = []
     for p, (att, ffn) in reversed(list(zip(gi.blocks, fw.blocks, strict=True))):
-        d_mid, gb = _stage(bk, lambda b, dy, p=p, ffn=ffn: _ffn_stage(b, ffn, p, gi.form, dy), dx, ffn.jac)
-        dx, ga = _stage(bk, lambda b, dy, p=p, att=att: _attention_stage(b, att, p, gi.h, dy), d_mid, att.jac)
+        d_mid, gb = _stage(bk, lambda b, dy, p=p, ffn=ffn: _ffn_stage(b, ffn, p, gi.form, dy), dx)
+        dx, ga = _stage(bk, lambda b, dy, p=p, att=att: _attention_stage(b, att, p, gi.h, dy), d_mid)
         per_block.append({**gb, **ga})
     for gb in reversed(per_block):
         for name in BLOCK_PARAMS:
@@ -514,17 +526,38 @@ def _step(g: Graph, gi: transformer.GptInputs, targets: list[int], counted: list
 Stage = Callable[[Back, Pair], tuple[Pair, dict[str, Pair]]]
 
 
-def _stage(bk: Back, stage: Stage, entered: Pair, jac: arb_mat | None) -> tuple[Pair, dict[str, arb_mat]]:
-    """One stage: its input gradient (settled: module docstring, "Stages") and parameter gradients
-    (enclosures). A bound pass runs it on the nodes' enclosures, (bare) on their value balls, and
-    once per element of the entering error (``_images``)."""
+def _stage(bk: Back, stage: Stage, entered: Pair) -> tuple[Pair, dict[str, arb_mat]]:
+    """One stage: its input gradient (the next stage's entering one) and its parameter gradients
+    (enclosures). A bound pass runs it on the nodes' enclosures from the entering midpoints, with
+    the roundings charged (the a-run), and once per source of the entering error, exactly
+    (``_images``; module docstring, "Stages")."""
     out, grads = stage(bk, entered)
     if not bk.track:
         return out, {name: g.a for name, g in grads.items()}
-    bare, _ = stage(Back(track=True, rounded=False), entered)
-    image, images = _images(stage, entered)
+    assert entered.cols is not None
+    images, outs = _images(stage, entered.cols, am.shape(out.a))
     enclosed = {name: widen(g.a, _least(am.eabs(g.b), images[name])) for name, g in grads.items()}
-    return bk.settle(out, bare, entered, jac, image), enclosed
+    mid, rad = _split(out.a)  # the a-run's own width: the roundings and the nodes' widths
+    kept, merged = _kept(outs, am.shape(rad))
+    return sources(mid, kept + _units(rad + merged)), enclosed
+
+
+# Sources carried exactly from one stage to the next, at most: the largest images; the others are
+# merged into the next stage's box of independent elements (sound: a column t_j col_j with
+# |t_j| <= 1 lies in the box of its absolute values). Bounds the cost: each stage runs once per
+# source, at most this many plus one per element of its input.
+MAX_SOURCES = 128
+
+
+def _kept(outs: list[arb_mat], shape: tuple[int, int]) -> tuple[list[arb_mat], arb_mat]:
+    """The ``MAX_SOURCES`` largest images (by their largest entry), and the others' box."""
+    order = sorted(range(len(outs)), key=lambda j: -max(x.abs_upper() for x in outs[j].entries()))
+    keep = set(order[:MAX_SOURCES])
+    merged = am.zeros(*shape)
+    for j, col in enumerate(outs):
+        if j not in keep:
+            merged = merged + am.eabs(col)
+    return [outs[j] for j in sorted(keep)], merged
 
 
 def _least(x: arb_mat, y: arb_mat) -> arb_mat:
@@ -532,30 +565,22 @@ def _least(x: arb_mat, y: arb_mat) -> arb_mat:
     return am.build(*am.shape(x), [a.min(b) for a, b in zip(x.entries(), y.entries(), strict=True)])
 
 
-def _images(stage: Stage, entered: Pair) -> tuple[arb_mat, dict[str, arb_mat]]:
-    """``sum_k |L(n') u_k| e_k`` for the stage's input gradient and every parameter gradient: the
-    entering error's exact image ``L(n') delta`` (the backward is linear in delta, L its matrix at
-    the nodes n' an implementation holds) bounded direction by direction, each direction ``e_k u_k``
-    a point run through the stage on the nodes' enclosures (module docstring, "Stages")."""
-    assert entered.b is not None
-    e = am.eabs(entered.b)
-    rows, cols = am.shape(e)
-    total: arb_mat | None = None
-    totals: dict[str, arb_mat] = {}
+def _images(stage: Stage, cols: list[arb_mat], out_shape: tuple[int, int]) -> tuple[dict[str, arb_mat], list[arb_mat]]:
+    """Each source of the entering error through the stage: its image ``L(n') col`` (the backward
+    is linear in the error, L its matrix at the nodes n' an implementation holds, enclosed by a
+    point run on the nodes' enclosures), and per parameter gradient ``sum_j |L(n') col_j|``."""
     linear = Back(track=False, linear=True)
-    for k, ek in enumerate(e.entries()):
-        if ek == 0:
-            continue
-        direction = am.zeros(rows, cols)
-        direction[k // cols, k % cols] = ek
-        out, grads = stage(linear, Pair(direction))
-        total = am.eabs(out.a) if total is None else total + am.eabs(out.a)
+    totals: dict[str, arb_mat] = {}
+    outs: list[arb_mat] = []
+    for col in cols:
+        out, grads = stage(linear, Pair(col))
+        outs.append(out.a)
         for name, g in grads.items():
             totals[name] = am.eabs(g.a) if name not in totals else totals[name] + am.eabs(g.a)
-    if total is None:  # no error entered: the images are exactly 0
-        out, grads = stage(linear, Pair(am.zeros(rows, cols)))
-        return am.eabs(out.a), {name: am.eabs(g.a) for name, g in grads.items()}
-    return total, totals
+    if not cols:  # no error entered: the images are exactly 0
+        _, grads = stage(linear, Pair(am.zeros(*out_shape)))
+        totals = {name: am.zeros(*am.shape(g.a)) for name, g in grads.items()}
+    return totals, outs
 
 
 def _head_stage(bk: Back, head: transformer.HeadNodes, gi: transformer.GptInputs, dz: Pair) -> tuple[Pair, dict]:
