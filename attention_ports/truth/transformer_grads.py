@@ -40,6 +40,17 @@ gradient is ``|ball - exact|`` (bound pass: ``BOUND_PREC`` bits). The forward's 
   x' a correct implementation may hold, and its bound e_node that implementation's rounding there:
   the enclosure is ``value +/- e_node``. The attention weights: ``A +/- e_A`` (the softmax rule,
   the scores' errors its logit errors; a removed key exactly 0);
+* **Nodes: the carried error through the node's own Jacobian.** The sublayer evaluated on the
+  balls ``x +/- e`` is interval arithmetic: a value ball of the attention weights came out ~30
+  times wider than the node moves (the scores' centring and the softmax's ratio lose their
+  dependencies). So every node the backward reads (the norm's output, q, k, v, each head's
+  weights, the heads' concatenation, the hidden units before and after gelu) gets the narrower,
+  entry by entry, of that ball and ``n(m) +/- sum_k sup |d n / d x_k| r_k`` (``_narrowed``): m, r
+  the midpoints and radii of the input's balls, ``n(m)`` the node at the point m, the derivative
+  enclosed over the whole ball by the forward's ``Tangent`` pass (``t_attention`` hands each
+  head's weights with their derivative); by the mean value theorem every x' of the ball has
+  ``|n(x') - n(m)|`` within that sum. The rounding bound e_node is kept as it was (the own pass's
+  rules hold at every point of the ball). Past ``MAX_DIRECTIONS`` the own pass's balls are kept;
 * a layer norm's backward operands (``NormNode.stats``): ``yhat`` over the input's balls widened by
   the exact-input rule's bound of ``c r`` (``norms.layer_norm_row``), ``r`` widened by its relative
   error ``theta`` (``norms.rstd_error``);
@@ -47,29 +58,38 @@ gradient is ``|ball - exact|`` (bound pass: ``BOUND_PREC`` bits). The forward's 
   each position's loss over the logits' balls, widened by ``lm_loss``'s rule there
   (``losses.position_loss``); the loss's mean is ``losses.mean_error``.
 
-**Stages: the entering error through the Jacobian.** Run as plain interval arithmetic, an error
-of the gradient meets absolute values at every node (``|W|`` at each projection, the layer norm's
-three terms separately) and compounds, measured ~10^8 over two blocks. So the backward runs in
-stages, one per sublayer (the head with the final norm; each block's feed-forward, then its
-attention), and every quantity of a stage is a pair (``Pair``): the backward is linear in the
-gradient ``dy' = c + delta`` entering the stage (c the midpoints of its enclosure, exact;
-``|delta| <= e``), so a computed node is ``a' + b'`` with ``a'`` in ``a``, the stage run from c
-with the roundings added, and ``b'`` the exact image of delta, in ``b``, the stage run on the
-balls ``[-e, e]``. Each rounding is charged at ``|a| + |b|``, which bounds the operand an
-implementation rounds (its own rounding errors included: they are in ``a``). At the stage's end
-the input gradient is ``a' + b'``. Were the forward nodes exact at the computed input x', b'
-would be ``J(x')^T delta``, J the sublayer's Jacobian (the residual included), bounded by
-``|J|^T e`` with ``|J|`` enclosed over x's balls, the one ``through`` computed for the forward.
-The nodes an implementation reads carry their own roundings (``n' = n(x') + eps``), which move
-b' by ``F(n', delta) - F(n(x'), delta)``; b' is a polynomial in the nodes with the backward's
-structure, so that is at most ``F_abs(|n| + |eps|, e) - F_abs(|n|, e)`` (all its terms' absolute
-values), nondecreasing in ``|n|``: the radius of ``b`` from the nodes' enclosures minus the radius
-of ``b`` from their value balls alone (the *bare* stage; a b-run is a polynomial of balls
-centred at 0, whose radius is that F_abs). gelu' enters as a node ``gelu'(h(x')) +/-
-GELU_LIPSCHITZ e_h``. So the input gradient's enclosure is
-``a +/- min(|b|, |J|^T e + |b| - |bare b|)`` (``Back.settle``); the parameters' gradients of the
-stage are ``a +/- |b|``. Measured: two blocks' first
-gradients go from 1e-3 to 1e-6 relative.
+**Stages: the entering error by its sources.** Run as plain interval arithmetic, an error of the
+gradient meets absolute values at every node (``|W|`` at each projection, the layer norm's three
+terms separately) and compounds, measured ~10^8 over two blocks. So the backward runs in stages,
+one per sublayer (the head with the final norm; each block's feed-forward, then its attention).
+Given the nodes, a stage is linear in the gradient ``dy' = c + delta`` entering it (c exact
+midpoints), so what an implementation computes there is ``a' + L(n') delta``: ``a'`` in ``a``,
+the stage run from c on the nodes' enclosures with every rounding added (the *a-run*), and
+``L(n')`` the stage's linear map at the nodes n' that implementation holds. Each rounding is
+charged at ``|a| + |b|``, b the stage run on the box ``[-e, e]`` of the entering error (an
+interval image: it bounds the operand an implementation rounds, its own rounding errors included,
+which are in a). The entering error is held as its *sources* (``Pair.cols``):
+``delta = sum_j t_j col_j`` with ``|t_j| <= 1``, each column the image of one independent error
+of an earlier stage, a ball. ``L(n') delta`` is then ``sum_j t_j L(n') col_j``, and
+``L(n') col_j`` lies in the stage run on col_j as a point entering gradient, no rounding charged,
+on the nodes' enclosures (``Back.linear``, ``_images``; none of the value pass's exact zeros, which
+the computed nodes need not give). So:
+
+* a parameter's gradient is ``a +/- min(|b|, sum_j |L col_j|)``: exact per source, where the box
+  ``|b|`` takes ``|L|`` of every factor;
+* the stage's input gradient, the next stage's entering one, is ``mid(a) + sum_j t_j (L col_j)``
+  plus the a-run's radius, whose elements are new independent sources (``r_k u_k``): the columns
+  ride on through later stages exactly, so an error is bounded by ``|L_3 L_2 L_1 col|``, not
+  ``|L_3| |L_2| |L_1| |col|`` (the sign changes between the stages cancel, as the forward's
+  Jacobians do). The ``MAX_SOURCES`` largest images ride on; the others join the new box (a
+  column ``t col`` lies in the box of ``|col|``), which bounds a stage's runs by
+  ``MAX_SOURCES + n d``.
+
+The first sources are the elements of ``d logits``' box (the softmax rule with the logits' bound,
+and its rounding). gelu' enters as a node ``gelu'(h) +/- GELU_LIPSCHITZ e_h``, h over its value
+ball. Measured (gpt_grads_two_blocks): the first block's gradients, catching a relative change of
+3.8e-8 at best with the interval box, catch 7.2e-10 (narrowed nodes 4x, exact images per element
+10x, sources carried across stages 2x).
 
 **The backward's roundings** (u the unit roundoff, ``gamma(k) = k u / (1 - k u)``, |.| entrywise
 upper ends of the enclosures):
@@ -101,10 +121,11 @@ upper ends of the enclosures):
   yhat form where the row's mean dominates; C_LN_BACK counts the two means' division, the
   products, the subtractions, r^3 and the final scale.
 
-What is left loose: the entering error's image within a stage and every rounding are still
-interval arithmetic (absolute values at every node), and the forward's own bound is carried in;
-the measured worst fractions and the bound's relative size: docs/truth-and-bounds.md,
-"gpt_grads".
+What is left loose: the forward's own bound, carried in as the nodes' widths (the a-run's radius
+is their interval image: the second block's attention weights, whose scores carry the first
+block's forward bound, dominate the first block's gradients' bound), and every rounding is charged
+at absolute values (``gamma(k)`` per product); the measured worst fractions and the bound's
+relative size: docs/truth-and-bounds.md, "gpt_grads".
 """
 
 from __future__ import annotations
@@ -138,7 +159,8 @@ def widen(m: arb_mat, rad: arb_mat) -> arb_mat:
 class Pair:
     """A backward quantity of one stage, linear in the gradient that entered the stage at c +/- e:
     ``a`` its image of c with the stage's roundings added (and the forward's enclosures), ``b``
-    the image of every error within e, exact (None: no error; the value pass)."""
+    the interval image of the box of every error within e (None: no error; the value pass and a
+    source's run)."""
 
     a: arb_mat
     b: arb_mat | None = None
@@ -167,8 +189,7 @@ class Back:
     rounding added to ``a``'s radius, charged at the operands' ``|a| + |b|`` (module docstring)."""
 
     track: bool
-    rounded: bool = True  # forward nodes widened by their rounding bounds (False: the bare stage)
-    # one direction of the entering error through the stage (``_images``): no roundings charged
+    # one source of the entering error through the stage (``_images``): no roundings charged
     # (track False), the nodes' enclosures, and none of the value pass's exact zeros, which hold for
     # the exact nodes only (an implementation's computed softmax rows need not sum to exactly 1)
     linear: bool = False
@@ -188,8 +209,8 @@ class Back:
         return not self.track and not self.linear
 
     def node(self, t: T) -> arb_mat:
-        """A forward node as the backward reads it: its enclosure, or (bare) its value balls."""
-        return self.once("node", t, lambda: enclose(t) if self.rounded else t.v)
+        """A forward node as the backward reads it: its enclosure (``enclose``)."""
+        return self.once("node", t, lambda: enclose(t))
 
     def charge(self, y: Pair, rad: Callable[[], arb_mat]) -> Pair:
         if self.track:
@@ -258,8 +279,11 @@ def _units(rad: arb_mat) -> list[arb_mat]:
 
 
 def restart(ball: arb_mat) -> Pair:
-    """A stage's entering gradient from balls: their midpoints (exact), each radius a source."""
+    """A stage's entering gradient from balls: their midpoints (exact), each radius a source; past
+    ``transformer.MAX_DIRECTIONS`` elements (a run per source would cost too much), the box alone."""
     mid, rad = _split(ball)
+    if rad.nrows() * rad.ncols() > transformer.MAX_DIRECTIONS:
+        return Pair(mid, am.emap(rad, lambda r: arb(0, r)))
     return sources(mid, _units(rad))
 
 
@@ -269,7 +293,7 @@ def _t(m: arb_mat) -> arb_mat:
 
 def layer_norm_back(bk: Back, node: NormNode, dy: Pair, w: T) -> tuple[Pair, Pair, Pair]:
     """(dx, dw, db) of ``y = yhat w + b`` (module docstring)."""
-    yhat_rows, rs, xrs = bk.once("stats", node, lambda: node.stats(bk.rounded))
+    yhat_rows, rs, xrs = bk.once("stats", node, node.stats)
     n_rows, n = am.shape(dy.a)
     yhat = am.build(n_rows, n, [y for row in yhat_rows for y in row])
     d_w = bk.colsum(dy.map(lambda z: am.emul(z, yhat)), extra=1)
@@ -314,7 +338,7 @@ def gelu_back(bk: Back, h: T, dy: Pair, form: str) -> Pair:
 
     def derivative() -> arb_mat:
         der = am.build(*h.shape, [activations._derivative(x, form) for x in h.v.entries()])
-        return widen(der, GELU_LIPSCHITZ * h.e) if bk.rounded and h.e is not None else der
+        return widen(der, GELU_LIPSCHITZ * h.e) if h.e is not None else der
 
     der = bk.once("gelu'", h, derivative)
     out = dy.map(lambda z: am.emul(z, der))
@@ -534,7 +558,9 @@ def _stage(bk: Back, stage: Stage, entered: Pair) -> tuple[Pair, dict[str, arb_m
     out, grads = stage(bk, entered)
     if not bk.track:
         return out, {name: g.a for name, g in grads.items()}
-    assert entered.cols is not None
+    if entered.cols is None:  # the box alone (``restart``): the interval image
+        assert out.b is not None
+        return restart(widen(out.a, am.eabs(out.b))), {name: g.enclosure() for name, g in grads.items()}
     images, outs = _images(stage, entered.cols, am.shape(out.a))
     enclosed = {name: widen(g.a, _least(am.eabs(g.b), images[name])) for name, g in grads.items()}
     mid, rad = _split(out.a)  # the a-run's own width: the roundings and the nodes' widths
