@@ -376,9 +376,12 @@ def t_layer_norm(x: Tangent, w: T, b: T, eps: arb) -> Tangent:
     return Tangent(am.build(n_rows, n, values), d, x.m)
 
 
-def t_attention(q: Tangent, k: Tangent, v: Tangent, h: int, mask: Mask) -> Tangent:
+def t_attention(
+    q: Tangent, k: Tangent, v: Tangent, h: int, mask: Mask, weights: list[Tangent] | None = None
+) -> Tangent:
     """Causal multi-head attention and its derivative: per head, ``dS = s (dQ K^T + Q dK^T)``,
-    ``dA = A * (dS - rowsum(A * dS))``, ``dZ = dA V + A dV``."""
+    ``dA = A * (dS - rowsum(A * dS))``, ``dZ = dA V + A dV``. ``weights``: a list that receives
+    each head's weights A with their derivative (gpt_grads' node enclosures)."""
     g0 = Graph(track=False)
     n, d = am.shape(q.v)
     m, dh = q.m, d // h
@@ -394,6 +397,8 @@ def t_attention(q: Tangent, k: Tangent, v: Tangent, h: int, mask: Mask) -> Tange
         a_rep = _tile(a, m)
         ads = am.emul(a_rep, ds)
         da = ads - am.emul(a_rep, am.bcast_cols(am.rowsum(ads), n))
+        if weights is not None:
+            weights.append(Tangent(a, da, m))
         outs_v.append(a * vv)
         outs_d.append(da * vv + _blocks_to_rows(a * _rows_to_blocks(dv, m, n), m, dh))
     return Tangent(am.hcat(outs_v), am.hcat(outs_d), m)

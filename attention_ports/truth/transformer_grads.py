@@ -40,6 +40,17 @@ gradient is ``|ball - exact|`` (bound pass: ``BOUND_PREC`` bits). The forward's 
   x' a correct implementation may hold, and its bound e_node that implementation's rounding there:
   the enclosure is ``value +/- e_node``. The attention weights: ``A +/- e_A`` (the softmax rule,
   the scores' errors its logit errors; a removed key exactly 0);
+* **Nodes: the carried error through the node's own Jacobian.** The sublayer evaluated on the
+  balls ``x +/- e`` is interval arithmetic: a value ball of the attention weights came out ~30
+  times wider than the node moves (the scores' centring and the softmax's ratio lose their
+  dependencies). So every node the backward reads (the norm's output, q, k, v, each head's
+  weights, the heads' concatenation, the hidden units before and after gelu) gets the narrower,
+  entry by entry, of that ball and ``n(m) +/- sum_k sup |d n / d x_k| r_k`` (``_narrowed``): m, r
+  the midpoints and radii of the input's balls, ``n(m)`` the node at the point m, the derivative
+  enclosed over the whole ball by the forward's ``Tangent`` pass (``t_attention`` hands each
+  head's weights with their derivative); by the mean value theorem every x' of the ball has
+  ``|n(x') - n(m)|`` within that sum. The rounding bound e_node is kept as it was (the own pass's
+  rules hold at every point of the ball). Past ``MAX_DIRECTIONS`` the own pass's balls are kept;
 * a layer norm's backward operands (``NormNode.stats``): ``yhat`` over the input's balls widened by
   the exact-input rule's bound of ``c r`` (``norms.layer_norm_row``), ``r`` widened by its relative
   error ``theta`` (``norms.rstd_error``);
@@ -47,29 +58,38 @@ gradient is ``|ball - exact|`` (bound pass: ``BOUND_PREC`` bits). The forward's 
   each position's loss over the logits' balls, widened by ``lm_loss``'s rule there
   (``losses.position_loss``); the loss's mean is ``losses.mean_error``.
 
-**Stages: the entering error through the Jacobian.** Run as plain interval arithmetic, an error
-of the gradient meets absolute values at every node (``|W|`` at each projection, the layer norm's
-three terms separately) and compounds, measured ~10^8 over two blocks. So the backward runs in
-stages, one per sublayer (the head with the final norm; each block's feed-forward, then its
-attention), and every quantity of a stage is a pair (``Pair``): the backward is linear in the
-gradient ``dy' = c + delta`` entering the stage (c the midpoints of its enclosure, exact;
-``|delta| <= e``), so a computed node is ``a' + b'`` with ``a'`` in ``a``, the stage run from c
-with the roundings added, and ``b'`` the exact image of delta, in ``b``, the stage run on the
-balls ``[-e, e]``. Each rounding is charged at ``|a| + |b|``, which bounds the operand an
-implementation rounds (its own rounding errors included: they are in ``a``). At the stage's end
-the input gradient is ``a' + b'``. Were the forward nodes exact at the computed input x', b'
-would be ``J(x')^T delta``, J the sublayer's Jacobian (the residual included), bounded by
-``|J|^T e`` with ``|J|`` enclosed over x's balls, the one ``through`` computed for the forward.
-The nodes an implementation reads carry their own roundings (``n' = n(x') + eps``), which move
-b' by ``F(n', delta) - F(n(x'), delta)``; b' is a polynomial in the nodes with the backward's
-structure, so that is at most ``F_abs(|n| + |eps|, e) - F_abs(|n|, e)`` (all its terms' absolute
-values), nondecreasing in ``|n|``: the radius of ``b`` from the nodes' enclosures minus the radius
-of ``b`` from their value balls alone (the *bare* stage; a b-run is a polynomial of balls
-centred at 0, whose radius is that F_abs). gelu' enters as a node ``gelu'(h(x')) +/-
-GELU_LIPSCHITZ e_h``. So the input gradient's enclosure is
-``a +/- min(|b|, |J|^T e + |b| - |bare b|)`` (``Back.settle``); the parameters' gradients of the
-stage are ``a +/- |b|``. Measured: two blocks' first
-gradients go from 1e-3 to 1e-6 relative.
+**Stages: the entering error by its sources.** Run as plain interval arithmetic, an error of the
+gradient meets absolute values at every node (``|W|`` at each projection, the layer norm's three
+terms separately) and compounds, measured ~10^8 over two blocks. So the backward runs in stages,
+one per sublayer (the head with the final norm; each block's feed-forward, then its attention).
+Given the nodes, a stage is linear in the gradient ``dy' = c + delta`` entering it (c exact
+midpoints), so what an implementation computes there is ``a' + L(n') delta``: ``a'`` in ``a``,
+the stage run from c on the nodes' enclosures with every rounding added (the *a-run*), and
+``L(n')`` the stage's linear map at the nodes n' that implementation holds. Each rounding is
+charged at ``|a| + |b|``, b the stage run on the box ``[-e, e]`` of the entering error (an
+interval image: it bounds the operand an implementation rounds, its own rounding errors included,
+which are in a). The entering error is held as its *sources* (``Pair.cols``):
+``delta = sum_j t_j col_j`` with ``|t_j| <= 1``, each column the image of one independent error
+of an earlier stage, a ball. ``L(n') delta`` is then ``sum_j t_j L(n') col_j``, and
+``L(n') col_j`` lies in the stage run on col_j as a point entering gradient, no rounding charged,
+on the nodes' enclosures (``Back.linear``, ``_images``; none of the value pass's exact zeros, which
+the computed nodes need not give). So:
+
+* a parameter's gradient is ``a +/- min(|b|, sum_j |L col_j|)``: exact per source, where the box
+  ``|b|`` takes ``|L|`` of every factor;
+* the stage's input gradient, the next stage's entering one, is ``mid(a) + sum_j t_j (L col_j)``
+  plus the a-run's radius, whose elements are new independent sources (``r_k u_k``): the columns
+  ride on through later stages exactly, so an error is bounded by ``|L_3 L_2 L_1 col|``, not
+  ``|L_3| |L_2| |L_1| |col|`` (the sign changes between the stages cancel, as the forward's
+  Jacobians do). The ``MAX_SOURCES`` largest images ride on; the others join the new box (a
+  column ``t col`` lies in the box of ``|col|``), which bounds a stage's runs by
+  ``MAX_SOURCES + n d``.
+
+The first sources are the elements of ``d logits``' box (the softmax rule with the logits' bound,
+and its rounding). gelu' enters as a node ``gelu'(h) +/- GELU_LIPSCHITZ e_h``, h over its value
+ball. Measured (gpt_grads_two_blocks): the first block's gradients, catching a relative change of
+3.8e-8 at best with the interval box, catch 7.2e-10 (each element's image exact: 7.5x; the nodes
+narrowed: 4x; the sources carried across stages: 1.8x).
 
 **The backward's roundings** (u the unit roundoff, ``gamma(k) = k u / (1 - k u)``, |.| entrywise
 upper ends of the enclosures):
@@ -101,16 +121,17 @@ upper ends of the enclosures):
   yhat form where the row's mean dominates; C_LN_BACK counts the two means' division, the
   products, the subtractions, r^3 and the final scale.
 
-What is left loose: the entering error's image within a stage and every rounding are still
-interval arithmetic (absolute values at every node), and the forward's own bound is carried in;
-the measured worst fractions and the bound's relative size: docs/truth-and-bounds.md,
-"gpt_grads".
+What is left loose: the forward's own bound, carried in as the nodes' widths (the a-run's radius
+is their interval image: the second block's attention weights, whose scores carry the first
+block's forward bound, dominate the first block's gradients' bound), and every rounding is charged
+at absolute values (``gamma(k)`` per product); the measured worst fractions and the bound's
+relative size: docs/truth-and-bounds.md, "gpt_grads".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -138,10 +159,14 @@ def widen(m: arb_mat, rad: arb_mat) -> arb_mat:
 class Pair:
     """A backward quantity of one stage, linear in the gradient that entered the stage at c +/- e:
     ``a`` its image of c with the stage's roundings added (and the forward's enclosures), ``b``
-    the image of every error within e, exact (None: no error; the value pass)."""
+    the interval image of the box of every error within e (None: no error; the value pass and a
+    source's run)."""
 
     a: arb_mat
     b: arb_mat | None = None
+    # an entering gradient's error as its sources: ``delta = sum_j t_j cols[j]``, ``|t_j| <= 1``
+    # (``sources``); b is then the box ``[-sum_j |cols[j]|, +sum_j |cols[j]|]``
+    cols: list[arb_mat] | None = None
 
     def map(self, f: Callable[[arb_mat], arb_mat]) -> Pair:
         return Pair(f(self.a), None if self.b is None else f(self.b))
@@ -164,11 +189,28 @@ class Back:
     rounding added to ``a``'s radius, charged at the operands' ``|a| + |b|`` (module docstring)."""
 
     track: bool
-    rounded: bool = True  # forward nodes widened by their rounding bounds (False: the bare stage)
+    # one source of the entering error through the stage (``_images``): no roundings charged
+    # (track False), the nodes' enclosures, and none of the value pass's exact zeros, which hold for
+    # the exact nodes only (an implementation's computed softmax rows need not sum to exactly 1)
+    linear: bool = False
+    # what a stage's runs read from its forward nodes (a layer norm's stats, gelu'), computed once
+    # per Back: ``_images`` runs one stage many times on the same nodes
+    memo: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+    def once(self, kind: str, node: object, make: Callable[[], Any]) -> Any:
+        key = (kind, id(node))
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
+
+    @property
+    def exact_values(self) -> bool:
+        """The value pass: exact nodes, so its identities (rows of dS summing to 0) hold."""
+        return not self.track and not self.linear
 
     def node(self, t: T) -> arb_mat:
-        """A forward node as the backward reads it: its enclosure, or (bare) its value balls."""
-        return enclose(t) if self.rounded else t.v
+        """A forward node as the backward reads it: its enclosure (``enclose``)."""
+        return self.once("node", t, lambda: enclose(t))
 
     def charge(self, y: Pair, rad: Callable[[], arb_mat]) -> Pair:
         if self.track:
@@ -207,51 +249,51 @@ class Back:
         assert a is not None
         return self.charge(Pair(a, f("b")), rad)
 
-    def colsum(self, x: Pair, extra: int = 0) -> arb_mat:
-        """Column sums (a bias gradient), as an enclosure."""
-        y = self.charge(x.map(am.colsum), lambda: bounds.gamma(x.a.nrows() + extra) * am.colsum(x.mag()))
-        return y.enclosure()
+    def colsum(self, x: Pair, extra: int = 0) -> Pair:
+        """Column sums (a bias gradient)."""
+        return self.charge(x.map(am.colsum), lambda: bounds.gamma(x.a.nrows() + extra) * am.colsum(x.mag()))
 
     def add(self, x: Pair, y: Pair) -> Pair:
         out = Pair(x.a + y.a, None if x.b is None else x.b + y.b)
         return self.charge(out, lambda: bounds.U * out.mag())
 
-    def settle(self, out: Pair, bare: Pair, entered: Pair, jac: arb_mat | None) -> Pair:
-        """The end of a stage: the enclosure of the gradient it computed, restarted as a point and
-        its error for the next stage. The error's image is ``|b|``, or ``|J|^T e`` plus what the
-        forward nodes' roundings add to it (``|b| - |bare b|``), where the sublayer's Jacobian is
-        known: the smaller of the two, entrywise (module docstring, "Stages")."""
-        if not self.track or out.b is None:
-            return out
-        spread = am.eabs(out.b)
-        if jac is not None and entered.b is not None:
-            e = am.eabs(entered.b)
-            through = jac * am.build(e.nrows() * e.ncols(), 1, e.entries())
-            low = 1 - arb(2) ** -100  # |bare b| is an upper bound, above the exact one by far less
-            spread = am.build(
-                *am.shape(spread),
-                [
-                    x.min(t + (x - y * low).max(arb(0)))
-                    for x, t, y in zip(spread.entries(), through.entries(), am.eabs(bare.b).entries(), strict=True)
-                ],
-            )
-        return restart(widen(out.a, spread))
+
+def sources(c: arb_mat, cols: list[arb_mat]) -> Pair:
+    """A stage's entering gradient: c (exact) and the error ``sum_j t_j cols[j]``, ``|t_j| <= 1``."""
+    box = am.zeros(*am.shape(c))
+    for col in cols:
+        box = box + am.eabs(col)
+    return Pair(c, am.emap(box, lambda r: arb(0, r)), cols)
+
+
+def _units(rad: arb_mat) -> list[arb_mat]:
+    """A box of radii as independent sources: ``r_k u_k``, one per nonzero element."""
+    rows, cols = am.shape(rad)
+    out = []
+    for k, r in enumerate(rad.entries()):
+        if r != 0:
+            unit = am.zeros(rows, cols)
+            unit[k // cols, k % cols] = r
+            out.append(unit)
+    return out
 
 
 def restart(ball: arb_mat) -> Pair:
-    """A stage's entering gradient: its balls' midpoints (exact) and the error around them."""
-    mids = [arb(x.mid()) for x in ball.entries()]
-    errs = [arb(0, (x - c).abs_upper()) for x, c in zip(ball.entries(), mids, strict=True)]
-    return Pair(am.build(*am.shape(ball), mids), am.build(*am.shape(ball), errs))
+    """A stage's entering gradient from balls: their midpoints (exact), each radius a source; past
+    ``transformer.MAX_DIRECTIONS`` elements (a run per source would cost too much), the box alone."""
+    mid, rad = _split(ball)
+    if rad.nrows() * rad.ncols() > transformer.MAX_DIRECTIONS:
+        return Pair(mid, am.emap(rad, lambda r: arb(0, r)))
+    return sources(mid, _units(rad))
 
 
 def _t(m: arb_mat) -> arb_mat:
     return m.transpose()
 
 
-def layer_norm_back(bk: Back, node: NormNode, dy: Pair, w: T) -> tuple[Pair, arb_mat, arb_mat]:
+def layer_norm_back(bk: Back, node: NormNode, dy: Pair, w: T) -> tuple[Pair, Pair, Pair]:
     """(dx, dw, db) of ``y = yhat w + b`` (module docstring)."""
-    yhat_rows, rs, xrs = node.stats(bk.rounded)
+    yhat_rows, rs, xrs = bk.once("stats", node, node.stats)
     n_rows, n = am.shape(dy.a)
     yhat = am.build(n_rows, n, [y for row in yhat_rows for y in row])
     d_w = bk.colsum(dy.map(lambda z: am.emul(z, yhat)), extra=1)
@@ -293,9 +335,12 @@ def _gelu_magnitude(h: arb, form: str) -> arb:
 def gelu_back(bk: Back, h: T, dy: Pair, form: str) -> Pair:
     """``dy gelu'(h)`` entrywise, h the pre-activations' node: gelu' over its value balls, widened
     by ``GELU_LIPSCHITZ`` times its rounding bound (``|gelu''| <= GELU_LIPSCHITZ``)."""
-    der = am.build(*h.shape, [activations._derivative(x, form) for x in h.v.entries()])
-    if bk.rounded and h.e is not None:
-        der = widen(der, GELU_LIPSCHITZ * h.e)
+
+    def derivative() -> arb_mat:
+        der = am.build(*h.shape, [activations._derivative(x, form) for x in h.v.entries()])
+        return widen(der, GELU_LIPSCHITZ * h.e) if h.e is not None else der
+
+    der = bk.once("gelu'", h, derivative)
     out = dy.map(lambda z: am.emul(z, der))
 
     def rad() -> arb_mat:
@@ -331,7 +376,7 @@ def _centred(bk: Back, m: arb_mat, rows: bool) -> arb_mat:
     is unchanged when k's rows (W_head's columns, V's rows) are shifted by a common vector; shifted
     by the first, a factor with equal rows gives an exact 0, where a ball would keep a radius that
     no precision certifies as 0. The bound pass keeps the computed operands (whose sums are not 0)."""
-    if bk.track:
+    if not bk.exact_values:
         return m
     e = m.entries()
     r, c = am.shape(m)
@@ -360,6 +405,97 @@ def attention_back(bk: Back, att: transformer.AttentionNodes, d_cat: Pair, h: in
     return hcat(dqs), hcat(dks), hcat(dvs)
 
 
+# -------------------------------------------------------------------- the nodes the backward reads
+
+
+def _carried(t: transformer.Tangent, e: arb_mat) -> arb_mat:
+    """``sum_k sup |d n / d x_k| e_k`` per entry of a node n, its tangent enclosed over the input's
+    ball: by the mean value theorem, how far n moves over that ball."""
+    n_rows, w = am.shape(t.v)
+    d = am.build(t.m, n_rows * w, [z.abs_upper() for z in t.d.entries()])
+    return am.build(n_rows, w, (am.build(1, t.m, e.entries()) * d).entries())
+
+
+def _narrowed(node: T, point: T, t: transformer.Tangent, e: arb_mat) -> T:
+    """``node`` with value balls (each holding the node's exact value at every input x' of the
+    sublayer's ball) the narrower, entry by entry, of its own pass's (the sublayer evaluated on the
+    ball) and ``n(mid) +/- _carried``; its rounding bound unchanged (module docstring, "Nodes")."""
+    centred = widen(point.v, _carried(t, e))
+    v = [a if not (b.rad() < a.rad()) else b for a, b in zip(node.v.entries(), centred.entries(), strict=True)]
+    return T(am.build(*node.shape, v), node.e)
+
+
+def _split(x: arb_mat) -> tuple[arb_mat, arb_mat]:
+    """A ball matrix as its midpoints (exact) and radii."""
+    mid = am.build(*am.shape(x), [arb(z.mid()) for z in x.entries()])
+    return mid, am.build(*am.shape(x), [z.rad().abs_upper() for z in x.entries()])
+
+
+def _norm_narrowed(ln: NormNode, point: NormNode, t: transformer.Tangent, e: arb_mat) -> NormNode:
+    return NormNode(ln.x, _narrowed(ln.out, point.out, t, e), ln.eps, ln.track)
+
+
+def _attention_narrowed(
+    att: transformer.AttentionNodes, p: Mapping[str, T], h: int, eps: arb
+) -> transformer.AttentionNodes:
+    """The attention sublayer's nodes, narrowed (``_narrowed``)."""
+    mid, e = _split(att.ln.x)
+    point = transformer.attention_nodes(Graph(track=False), T(mid), p, h, eps)
+    ta = transformer.t_layer_norm(transformer.Tangent.seed(att.ln.x), p["ln1_w"], p["ln1_b"], eps)
+    tq, tk, tv = (transformer.t_affine(ta, p[f"w_{s}"], p[f"b_{s}"]) for s in "qkv")
+    weights: list[transformer.Tangent] = []
+    concat = transformer.t_attention(tq, tk, tv, h, transformer.causal_mask(mid.nrows()), weights)
+    heads = exact.Heads(
+        _narrowed(att.heads.concat, point.heads.concat, concat, e),
+        [_narrowed(a, pa, ta_, e) for a, pa, ta_ in zip(att.heads.weights, point.heads.weights, weights, strict=True)],
+        att.heads.dead,
+    )
+    return transformer.AttentionNodes(
+        _norm_narrowed(att.ln, point.ln, ta, e),
+        _narrowed(att.q, point.q, tq, e),
+        _narrowed(att.k, point.k, tk, e),
+        _narrowed(att.v, point.v, tv, e),
+        heads,
+        att.out,
+        att.jac,
+    )
+
+
+def _ffn_narrowed(ffn: transformer.FfnNodes, p: Mapping[str, T], eps: arb, form: str) -> transformer.FfnNodes:
+    """The feed-forward sublayer's nodes, narrowed (``_narrowed``)."""
+    mid, e = _split(ffn.ln.x)
+    point = transformer.ffn_nodes(Graph(track=False), T(mid), p, eps, form)
+    tm = transformer.t_layer_norm(transformer.Tangent.seed(ffn.ln.x), p["ln2_w"], p["ln2_b"], eps)
+    th = transformer.t_affine(tm, p["w_1"], p["b_1"])
+    return transformer.FfnNodes(
+        _norm_narrowed(ffn.ln, point.ln, tm, e),
+        _narrowed(ffn.hidden, point.hidden, th, e),
+        _narrowed(ffn.act, point.act, transformer.t_gelu(th, form), e),
+        ffn.out,
+        ffn.jac,
+    )
+
+
+def _head_narrowed(head: transformer.HeadNodes, gi: transformer.GptInputs) -> transformer.HeadNodes:
+    """The final norm's output, narrowed (``_narrowed``)."""
+    mid, e = _split(head.ln.x)
+    point = transformer.norm_node(Graph(track=False), T(mid), gi.lnf_w, gi.lnf_b, gi.eps)
+    tm = transformer.t_layer_norm(transformer.Tangent.seed(head.ln.x), gi.lnf_w, gi.lnf_b, gi.eps)
+    return transformer.HeadNodes(_norm_narrowed(head.ln, point, tm, e), head.out, head.jac)
+
+
+def _narrowed_nodes(fw: transformer.GptNodes, gi: transformer.GptInputs) -> transformer.GptNodes:
+    """Every node the backward reads, narrowed where the sublayer's input is small enough for its
+    Jacobian (``transformer.MAX_DIRECTIONS``); else as the forward made them."""
+    if fw.final.ln.x.nrows() * fw.final.ln.x.ncols() > transformer.MAX_DIRECTIONS:
+        return fw
+    blocks = [
+        (_attention_narrowed(att, p, gi.h, gi.eps), _ffn_narrowed(ffn, p, gi.eps, gi.form))
+        for p, (att, ffn) in zip(gi.blocks, fw.blocks, strict=True)
+    ]
+    return transformer.GptNodes(blocks, _head_narrowed(fw.final, gi))
+
+
 @dataclass
 class Step:
     losses: list[arb]  # each counted position's loss (values, or enclosures)
@@ -370,6 +506,8 @@ def _step(g: Graph, gi: transformer.GptInputs, targets: list[int], counted: list
     """The forward and backward on ``g``: exact values, or (``g.track``) enclosures."""
     bk = Back(g.track)
     fw = transformer.gpt_nodes(g, gi)
+    if g.track:
+        fw = _narrowed_nodes(fw, gi)
     logits = fw.final.out
     n, vocab = logits.shape
     c = len(counted)
@@ -393,16 +531,13 @@ def _step(g: Graph, gi: transformer.GptInputs, targets: list[int], counted: list
     entered = restart(widen(d_logits, am.build(n, vocab, rad))) if g.track else Pair(d_logits)
 
     grads: dict[str, list[arb_mat]] = {name: [] for name in GPT_PARAMS}
-    dx, head = _stage(bk, lambda b: _head_stage(b, fw.final, gi, entered), entered, fw.final.jac)
+    dx, head = _stage(bk, lambda b, dz: _head_stage(b, fw.final, gi, dz), entered)
     for name, m in head.items():
         grads[name] = [m]
     per_block: list[dict[str, arb_mat]] = []
     for p, (att, ffn) in reversed(list(zip(gi.blocks, fw.blocks, strict=True))):
-        dy = dx
-        d_mid, gb = _stage(bk, lambda b, dy=dy, p=p, ffn=ffn: _ffn_stage(b, ffn, p, gi.form, dy), dy, ffn.jac)
-        dx, ga = _stage(
-            bk, lambda b, d_mid=d_mid, p=p, att=att: _attention_stage(b, att, p, gi.h, d_mid), d_mid, att.jac
-        )
+        d_mid, gb = _stage(bk, lambda b, dy, p=p, ffn=ffn: _ffn_stage(b, ffn, p, gi.form, dy), dx)
+        dx, ga = _stage(bk, lambda b, dy, p=p, att=att: _attention_stage(b, att, p, gi.h, dy), d_mid)
         per_block.append({**gb, **ga})
     for gb in reversed(per_block):
         for name in BLOCK_PARAMS:
@@ -412,22 +547,71 @@ def _step(g: Graph, gi: transformer.GptInputs, targets: list[int], counted: list
     return Step(loss_terms, grads)
 
 
-Stage = Callable[[Back], tuple[Pair, dict[str, arb_mat]]]
+Stage = Callable[[Back, Pair], tuple[Pair, dict[str, Pair]]]
 
 
-def _stage(bk: Back, stage: Stage, entered: Pair, jac: arb_mat | None) -> tuple[Pair, dict[str, arb_mat]]:
-    """One stage: its input gradient (settled: module docstring, "Stages") and parameter gradients.
-    A bound pass runs it twice, on the nodes' enclosures and (bare) on their value balls."""
-    out, grads = stage(bk)
+def _stage(bk: Back, stage: Stage, entered: Pair) -> tuple[Pair, dict[str, arb_mat]]:
+    """One stage: its input gradient (the next stage's entering one) and its parameter gradients
+    (enclosures). A bound pass runs it on the nodes' enclosures from the entering midpoints, with
+    the roundings charged (the a-run), and once per source of the entering error, exactly
+    (``_images``; module docstring, "Stages")."""
+    out, grads = stage(bk, entered)
     if not bk.track:
-        return out, grads
-    bare, _ = stage(Back(track=True, rounded=False))
-    return bk.settle(out, bare, entered, jac), grads
+        return out, {name: g.a for name, g in grads.items()}
+    if entered.cols is None:  # the box alone (``restart``): the interval image
+        assert out.b is not None
+        return restart(widen(out.a, am.eabs(out.b))), {name: g.enclosure() for name, g in grads.items()}
+    images, outs = _images(stage, entered.cols, am.shape(out.a))
+    enclosed = {name: widen(g.a, _least(am.eabs(g.b), images[name])) for name, g in grads.items()}
+    mid, rad = _split(out.a)  # the a-run's own width: the roundings and the nodes' widths
+    kept, merged = _kept(outs, am.shape(rad))
+    return sources(mid, kept + _units(rad + merged)), enclosed
+
+
+# Sources carried exactly from one stage to the next, at most: the largest images; the others are
+# merged into the next stage's box of independent elements (sound: a column t_j col_j with
+# |t_j| <= 1 lies in the box of its absolute values). Bounds the cost: each stage runs once per
+# source, at most this many plus one per element of its input.
+MAX_SOURCES = 128
+
+
+def _kept(outs: list[arb_mat], shape: tuple[int, int]) -> tuple[list[arb_mat], arb_mat]:
+    """The ``MAX_SOURCES`` largest images (by their largest entry), and the others' box."""
+    order = sorted(range(len(outs)), key=lambda j: -max(x.abs_upper() for x in outs[j].entries()))
+    keep = set(order[:MAX_SOURCES])
+    merged = am.zeros(*shape)
+    for j, col in enumerate(outs):
+        if j not in keep:
+            merged = merged + am.eabs(col)
+    return [outs[j] for j in sorted(keep)], merged
+
+
+def _least(x: arb_mat, y: arb_mat) -> arb_mat:
+    """The entrywise minimum of two upper bounds."""
+    return am.build(*am.shape(x), [a.min(b) for a, b in zip(x.entries(), y.entries(), strict=True)])
+
+
+def _images(stage: Stage, cols: list[arb_mat], out_shape: tuple[int, int]) -> tuple[dict[str, arb_mat], list[arb_mat]]:
+    """Each source of the entering error through the stage: its image ``L(n') col`` (the backward
+    is linear in the error, L its matrix at the nodes n' an implementation holds, enclosed by a
+    point run on the nodes' enclosures), and per parameter gradient ``sum_j |L(n') col_j|``."""
+    linear = Back(track=False, linear=True)
+    totals: dict[str, arb_mat] = {}
+    outs: list[arb_mat] = []
+    for col in cols:
+        out, grads = stage(linear, Pair(col))
+        outs.append(out.a)
+        for name, g in grads.items():
+            totals[name] = am.eabs(g.a) if name not in totals else totals[name] + am.eabs(g.a)
+    if not cols:  # no error entered: the images are exactly 0
+        _, grads = stage(linear, Pair(am.zeros(*out_shape)))
+        totals = {name: am.zeros(*am.shape(g.a)) for name, g in grads.items()}
+    return totals, outs
 
 
 def _head_stage(bk: Back, head: transformer.HeadNodes, gi: transformer.GptInputs, dz: Pair) -> tuple[Pair, dict]:
     """The LM head and the final layer norm."""
-    g = {"w_head": bk.lmm(_t(bk.node(head.ln.out)), dz).enclosure()}
+    g = {"w_head": bk.lmm(_t(bk.node(head.ln.out)), dz)}
     dx, g["lnf_w"], g["lnf_b"] = layer_norm_back(
         bk, head.ln, bk.mm(dz, _t(_centred(bk, gi.head.v, rows=False))), gi.lnf_w
     )
@@ -436,9 +620,9 @@ def _head_stage(bk: Back, head: transformer.HeadNodes, gi: transformer.GptInputs
 
 def _ffn_stage(bk: Back, ffn: transformer.FfnNodes, p: Mapping[str, T], form: str, dy: Pair) -> tuple[Pair, dict]:
     """``y = x + ffn(ln_2(x))``: dx and the feed-forward's and ln_2's gradients."""
-    gb = {"w_2": bk.lmm(_t(bk.node(ffn.act)), dy).enclosure(), "b_2": bk.colsum(dy)}
+    gb = {"w_2": bk.lmm(_t(bk.node(ffn.act)), dy), "b_2": bk.colsum(dy)}
     d_hidden = gelu_back(bk, ffn.hidden, bk.mm(dy, _t(p["w_2"].v)), form)
-    gb["w_1"] = bk.lmm(_t(bk.node(ffn.ln.out)), d_hidden).enclosure()
+    gb["w_1"] = bk.lmm(_t(bk.node(ffn.ln.out)), d_hidden)
     gb["b_1"] = bk.colsum(d_hidden)
     d_m, gb["ln2_w"], gb["ln2_b"] = layer_norm_back(bk, ffn.ln, bk.mm(d_hidden, _t(p["w_1"].v)), p["ln2_w"])
     return bk.add(dy, d_m), gb
@@ -448,14 +632,14 @@ def _attention_stage(
     bk: Back, att: transformer.AttentionNodes, p: Mapping[str, T], h: int, dy: Pair
 ) -> tuple[Pair, dict]:
     """``y = x + attn(ln_1(x))``: dx and the attention's and ln_1's gradients."""
-    gb = {"w_o": bk.lmm(_t(bk.node(att.heads.concat)), dy).enclosure(), "b_o": bk.colsum(dy)}
+    gb = {"w_o": bk.lmm(_t(bk.node(att.heads.concat)), dy), "b_o": bk.colsum(dy)}
     dq, dk, dv = attention_back(bk, att, bk.mm(dy, _t(p["w_o"].v)), h)
     a = _t(bk.node(att.ln.out))
     for name, dproj in (("q", dq), ("k", dk), ("v", dv)):
-        gb[f"w_{name}"] = bk.lmm(a, dproj).enclosure()
+        gb[f"w_{name}"] = bk.lmm(a, dproj)
         gb[f"b_{name}"] = bk.colsum(dproj)
-    if not bk.track:  # exactly 0: the rows of dS sum to 0 (module docstring)
-        gb["b_k"] = am.zeros(*am.shape(gb["b_k"]))
+    if bk.exact_values:  # exactly 0: the rows of dS sum to 0 (module docstring)
+        gb["b_k"] = Pair(am.zeros(*am.shape(gb["b_k"].a)))
     d_a = bk.mm_sum([(dq, _t(p["w_q"].v)), (dk, _t(p["w_k"].v)), (dv, _t(p["w_v"].v))])
     d_x, gb["ln1_w"], gb["ln1_b"] = layer_norm_back(bk, att.ln, d_a, p["ln1_w"])
     return bk.add(dy, d_x), gb

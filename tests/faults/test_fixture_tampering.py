@@ -262,11 +262,11 @@ def test_the_bound_range_is_the_error_analysis_own() -> None:
 
 
 def test_every_shipped_bound_is_inside_the_range_with_room_to_spare() -> None:
-    # The range check must never refuse a real bound. The loosest shipped ones: gpt_grads_two_blocks
-    # at 3.8e-8 of its case's scale (the backward's bound, ~1e4 wider than correct errors: see
-    # test_bounds.py), 25 times inside the 2^-20 ceiling, and gpt_large_near_constant at 1.1e-8
-    # (embeddings of mean 1000 and spread 0.5 through two blocks, whose correct implementations
-    # themselves err by ~1e-11 relative); every other case is ~1e-9 or less.
+    # The range check must never refuse a real bound. The loosest shipped one: gpt_large_near_constant
+    # at 1.1e-8 of its case's scale (embeddings of mean 1000 and spread 0.5 through two blocks, whose
+    # correct implementations themselves err by ~1e-11 relative), 85 times inside the 2^-20 ceiling;
+    # every other case is ~4e-9 or less (gpt_grads_two_blocks 6e-10 since its backward's bound
+    # carries the entering error by its sources: truth/transformer_grads.py).
     from attention_ports.fixtures.store import load_case
 
     worst = 0.0
@@ -275,7 +275,7 @@ def test_every_shipped_bound_is_inside_the_range_with_room_to_spare() -> None:
         scale = max(float(np.abs(x.array[np.isfinite(x.array)]).max(initial=0)) for x in case.expected.values())
         if scale:
             worst = max(worst, max(float(x.bound.max()) for x in case.expected.values()) / scale)
-    assert worst < validate.MAX_RELATIVE_BOUND / 20
+    assert worst < validate.MAX_RELATIVE_BOUND / 50
 
 
 # --- wrongly typed manifest fields ------------------------------------------------------------------

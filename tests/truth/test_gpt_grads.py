@@ -217,17 +217,18 @@ def test_every_correct_gpt_grads_is_within_the_bound_and_bugs_are_not(
         fracs = fractions(expected, got)
         worst = max(fracs, key=fracs.get)
         assert fracs[worst] <= 1, f"{name}: {worst} at {fracs[worst]:.3g} of the bound"
-        assert fracs[worst] <= 1e-3, f"{name}: {worst} at {fracs[worst]:.3g} (measured <= 3e-5)"
+        assert fracs[worst] <= 1e-2, f"{name}: {worst} at {fracs[worst]:.3g} (measured <= 2.5e-4)"
     for bug, (attr, fn) in BUGS.items():
         with monkeypatch.context() as m:
             m.setattr(ref, attr, fn)
             fracs = fractions(expected, reference(inputs, form))
         assert max(fracs.values()) > 1e3, f"{bug}: {max(fracs.values()):.3g} of the bound"
-    # the bound's size: at most 1e-5 of a gradient's largest entry (measured: 1e-10 at the head,
-    # up to 1e-6 in the first block); the key bias's gradient is exactly 0
+    # the bound's size: at most 5e-8 of a gradient's largest entry (measured: 1.3e-10 at the head,
+    # up to 1.5e-8 in the first block; 3.4e-6 there with the interval box the sources replaced: the
+    # module docstring, "Stages"); the key bias's gradient is exactly 0
     for name in GPT_PARAMS:
         exp, bound = expected[f"grads.{name}"]
-        assert np.all(exp == 0) if name == "b_k" else np.max(bound) <= 1e-5 * np.max(np.abs(exp)), name
+        assert np.all(exp == 0) if name == "b_k" else np.max(bound) <= 5e-8 * np.max(np.abs(exp)), name
 
 
 def test_gpt_grads_bad_inputs_are_named() -> None:
