@@ -365,6 +365,16 @@ def test_a_decoder_block_off_by_1e9_relative_fails_its_sampled_rows(small: Path)
     assert "y (sampled rows, exact)" in messages[0]
 
 
+def test_the_decoder_block_is_left_out_at_float32_and_says_why(small: Path) -> None:
+    from attention_ports.fixtures.store import FixtureError
+    from attention_ports.spec import precision
+
+    said: list[str] = []
+    with pytest.raises(FixtureError, match="first-order guard"):
+        _run(small, ["reference"], case_globs=["small_block"], fmt=precision.FORMATS["float32"], say=said.append)
+    assert said == [f"decoder_block: not at float32 ({scale.FLOAT64_ONLY['decoder_block']})"]
+
+
 def test_a_call_that_would_not_fit_in_memory_is_skipped_and_fails(small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scale, "mem_available", lambda: 1000)
     report = _run(small, ["reference"], case_globs=["small_self"])
