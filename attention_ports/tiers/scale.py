@@ -4,7 +4,8 @@ The cases are fixtures/scale.toml (the catalogue's format and seeded input maker
 self-attention and multi-head attention (h = 8), d = 64, with and without a causal mask; and the
 transformer's decoder block (d = 512, 8 heads, L = 512 to 2048). Nothing is stored as a fixture:
 the inputs are made at run time, and the truth is established two ways (the decoder block: the
-first only, on ``MAX_ROWS`` token rows, in float64 only; docs/truth-and-bounds.md, "At scale").
+first only, on ``MAX_ROWS`` token rows, in float64 only; docs/truth-and-bounds.md, "The transformer at
+scale").
 
 1. **Sampled rows, exactly.** ``ROWS`` query rows per case (the first, the last, and random ones
    from the case's own seed) get their exact values and bounds from ``truth.compute(rows=...)``

@@ -468,7 +468,7 @@ def block_rows_t(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb, form: str
     i's output depends on row i's input alone, so every other block is exactly 0), taken block by
     block: d directions a row instead of n d, which keeps it within ``MAX_DIRECTIONS`` at any
     length (d <= 1024), where ``block_t`` falls back to node-by-node carrying past n d > 1024 (at
-    d = 512 that bound is ~70 times wider: docs/truth-and-bounds.md, "The transformer", "At scale")."""
+    d = 512 that bound is ~70 times wider: docs/truth-and-bounds.md, "The transformer at scale")."""
     ln = norms.layer_norm_t(g, x, _entries(p["ln1_w"]), _entries(p["ln1_b"]), eps)
     k, v = (g.affine(ln, p[f"w_{s}"], p[f"b_{s}"]) for s in "kv")
     q = g.affine(take_rows(ln, rows), p["w_q"], p["b_q"])
