@@ -510,7 +510,7 @@ def scale_results(result: Any) -> list[CaseResult]:
     the other implementations within 2B (the ``all`` fraction; not for an operation without
     every-row bounds, the decoder block); a call that did not run has one, with its status.
     ``extra``: the call's time, the port's own time, calls and peak memory."""
-    from attention_ports.tiers.scale import FULL_OUTPUTS
+    from attention_ports.tiers.scale import FULL_OUTPUTS, sample_rows
 
     runs = {(r.impl, r.case): r for rs in result.runs.values() for r in rs}
     ops = {c.id: c.op for c in result.cases}
@@ -549,6 +549,7 @@ def scale_results(result: Any) -> list[CaseResult]:
                         )
                     )
             extra = {
+                "sampled_rows": len(sample_rows(case, result.n_rows)),  # the decoder block's are fewer
                 "rows_err_over_bound": v.rows_over_bound,
                 "all_err_over_bound": v.full_over_bound,
                 "call_status": run.status,

@@ -420,6 +420,7 @@ def test_the_scale_tier_writes_every_report_format_and_its_shards_merge(
     assert {r["output"] for r in doc["results"]} == {pipeline.SCALE_ROWS, pipeline.SCALE_PAIRS}
     assert all(0 <= r["err_over_bound"] <= 1 for r in doc["results"])
     assert all(c["extra"]["rows_err_over_bound"] <= 1 and c["extra"]["calls"] >= 1 for c in doc["cases"])
+    assert {c["extra"]["sampled_rows"] for c in doc["cases"]} == {6}
     suite = ET.parse(files["xml"]).getroot()
     assert suite.get("tests") == "8" and suite.get("failures") == "0"
     assert "PASS: all 8" in files["html"].read_text() and "PASS" in files["md"].read_text()
