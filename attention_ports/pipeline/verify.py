@@ -507,8 +507,11 @@ SCALE_PAIRS = "every row (2B, between implementations)"
 def scale_results(result: Any) -> list[CaseResult]:
     """The scale tier's verdicts as CaseResults: each (implementation, case) has two outputs, the
     sampled rows against the exact truth (err/bound: the ``rows`` fraction) and every row against
-    the other implementations within 2B (the ``all`` fraction); a call that did not run has one,
-    with its status. ``extra``: the call's time, the port's own time, calls and peak memory."""
+    the other implementations within 2B (the ``all`` fraction; not for an operation without
+    every-row bounds, the decoder block); a call that did not run has one, with its status.
+    ``extra``: the call's time, the port's own time, calls and peak memory."""
+    from attention_ports.tiers.scale import FULL_OUTPUTS, sample_rows
+
     runs = {(r.impl, r.case): r for rs in result.runs.values() for r in rs}
     ops = {c.id: c.op for c in result.cases}
     reasons = {c.id: c.reason for c in result.cases}
@@ -532,17 +535,21 @@ def scale_results(result: Any) -> list[CaseResult]:
                         message="\n".join(rows_msgs),
                         **common,
                     ),
-                    OutputResult(
-                        impl,
-                        case.id,
-                        SCALE_PAIRS,
-                        "pass" if v.pairs_ok else "fail",
-                        err_over_bound=v.full_over_bound,
-                        message=v.pairs_message,
-                        **common,
-                    ),
                 ]
+                if FULL_OUTPUTS[case.op]:
+                    outputs.append(
+                        OutputResult(
+                            impl,
+                            case.id,
+                            SCALE_PAIRS,
+                            "pass" if v.pairs_ok else "fail",
+                            err_over_bound=v.full_over_bound,
+                            message=v.pairs_message,
+                            **common,
+                        )
+                    )
             extra = {
+                "sampled_rows": len(sample_rows(case, result.n_rows)),  # the decoder block's are fewer
                 "rows_err_over_bound": v.rows_over_bound,
                 "all_err_over_bound": v.full_over_bound,
                 "call_status": run.status,

@@ -1,8 +1,11 @@
 """The scale tier: ``attention-ports verify --tier scale``, attention at L = 1024, 4096 and 16384.
 
 The cases are fixtures/scale.toml (the catalogue's format and seeded input makers): SDPA,
-self-attention and multi-head attention (h = 8), d = 64, with and without a causal mask. Nothing
-is stored as a fixture: the inputs are made at run time, and the truth is established two ways.
+self-attention and multi-head attention (h = 8), d = 64, with and without a causal mask; and the
+transformer's decoder block (d = 512, 8 heads, L = 512 to 2048). Nothing is stored as a fixture:
+the inputs are made at run time, and the truth is established two ways (the decoder block: the
+first only, on ``MAX_ROWS`` token rows, in float64 only; docs/truth-and-bounds.md, "The transformer at
+scale").
 
 1. **Sampled rows, exactly.** ``ROWS`` query rows per case (the first, the last, and random ones
    from the case's own seed) get their exact values and bounds from ``truth.compute(rows=...)``
@@ -75,17 +78,32 @@ WEIGHT_ROWS = 8  # of the ROWS, those whose weights get exact values too (the fi
 MAX_WEIGHTS_ELEMENTS = 1 << 27  # 1 GiB of float64 weights per call
 MAX_INPUT_ELEMENTS = 1 << 28  # one generated input: the L = 16384 causal mask (256 MiB of bool)
 MEMORY_FACTOR = 6  # free memory a call needs, in multiples of its weights' size
+# The outputs compared on every row between implementations (scale_bounds bounds them): none for
+# the decoder block, whose every-row bounds scale_bounds does not evaluate (module docstring).
 FULL_OUTPUTS = {
     "scaled_dot_product_attention": ("output",),
     "self_attention": ("q", "k", "v", "output"),
     "multi_head_attention": ("output",),
+    "decoder_block": (),
 }
 # The exact outputs per query row (the weights are separate: WEIGHT_ROWS).
 ROW_OUTPUTS = {
     "scaled_dot_product_attention": ("output",),
     "self_attention": ("q", "output"),
     "multi_head_attention": ("output",),
+    "decoder_block": ("y",),
 }
+ATTENTION_OPS = ("scaled_dot_product_attention", "self_attention", "multi_head_attention")  # weights, every-row bounds
+# A decoder block's exact row costs ~8 s at d = 512 (its feed-forward's Jacobian, one row at a time:
+# truth/transformer.py, block_rows_t), against milliseconds for an attention row: fewer rows.
+MAX_ROWS = {"decoder_block": 16}
+# Operations judged in float64 only at this tier, and why (run_tier leaves them out at a lower one).
+FLOAT64_ONLY = {
+    "decoder_block": "at d = 512 its worst-case logit error bound at float32's u (0.038, measured) is past "
+    "the analysis's first-order guard (2^-8): the truth refuses it (docs/truth-and-bounds.md)",
+}
+# The truth modules an operation's exact graph reads beyond the engine's own (its cache key).
+TRUTH_MODULES = {"decoder_block": ("transformer", "norms", "activations")}
 
 
 # --- cases, rows, truth --------------------------------------------------------------------------
@@ -107,8 +125,10 @@ def length(case: CaseSpec) -> int:
 
 
 def sample_rows(case: CaseSpec, n: int = ROWS) -> list[int]:
-    """The first and last query rows and random others, from the case's own seed: ``n`` in all."""
+    """The first and last query rows and random others, from the case's own seed: ``n`` in all
+    (at most ``MAX_ROWS`` of the operation)."""
     size = length(case)
+    n = min(n, MAX_ROWS.get(case.op, n))
     rng = np.random.default_rng(case.seed ^ 0x5CA1E)
     others = [int(i) for i in rng.permutation(np.arange(1, size - 1))[: max(0, n - 2)]]
     return sorted({0, size - 1, *others})
@@ -129,14 +149,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or paths.julia_prefix().parent / "scale-truth")
 
 
-def _truth_code() -> str:
+def _truth_code(op: str) -> str:
+    import importlib
+
     import flint
 
     from attention_ports.truth import arbmat, bounds, exact, rounding
     from attention_ports.truth import engine as truth
 
     h = hashlib.sha256(flint.__version__.encode())
-    for mod in (truth, exact, bounds, rounding, arbmat):
+    extra = [importlib.import_module(f"attention_ports.truth.{m}") for m in TRUTH_MODULES.get(op, ())]
+    for mod in (truth, exact, bounds, rounding, arbmat, *extra):
         h.update(Path(mod.__file__).read_bytes())
     return h.hexdigest()
 
@@ -144,7 +167,7 @@ def _truth_code() -> str:
 def _truth_key(case: CaseSpec, inputs: Mapping[str, np.ndarray], rows: list[int], fmt: str = precision.DEFAULT) -> str:
     from attention_ports.truth import engine as truth
 
-    head = f"{WEIGHT_ROWS}:" + truth.cache_key(case.op, inputs, case.options, "zeros", rows) + _truth_code()
+    head = f"{WEIGHT_ROWS}:" + truth.cache_key(case.op, inputs, case.options, "zeros", rows) + _truth_code(case.op)
     if fmt != precision.DEFAULT:  # a tier's bounds differ at the same inputs; float64's keys unchanged
         head += f":{fmt}"
     return hashlib.sha256(head.encode()).hexdigest()[:32]
@@ -169,6 +192,8 @@ def exact_truth(case: CaseSpec, inputs: Mapping[str, np.ndarray], rows: list[int
 
     where = f"scale case {case.id!r}"
     found = dict(truth.compute(case.op, inputs, case.options, rows=rows, outputs=ROW_OUTPUTS[case.op], label=where))
+    if case.op not in ATTENTION_OPS:  # the decoder block: its output on the rows is all
+        return found
     found["weights"] = truth.compute(
         case.op, inputs, case.options, rows=weight_rows(rows), outputs=["weights"], label=where
     )["weights"]
@@ -231,7 +256,10 @@ def every_row_bounds(
     case: CaseSpec, inputs: Mapping[str, np.ndarray], rows: list[int], use_cache: bool, fmt: str = precision.DEFAULT
 ) -> tuple[scale_bounds.Bounds, bool]:
     """scale_bounds.compute for one case, cached beside the truth (keyed by the truth's key and the
-    bound code's own bytes: ~50 s of matrix products per case at L = 16384). (bounds, cached)."""
+    bound code's own bytes: ~50 s of matrix products per case at L = 16384). (bounds, cached).
+    Empty for an operation scale_bounds does not cover (the decoder block: judged on its sampled rows only)."""
+    if case.op not in ATTENTION_OPS:
+        return scale_bounds.Bounds({}), True
     h = hashlib.sha256(_truth_key(case, inputs, rows, fmt).encode())
     h.update(Path(scale_bounds.__file__).read_bytes())
     folder = cache_dir() / f"bounds-{h.hexdigest()[:32]}"
@@ -278,6 +306,7 @@ def prepare_truth(
 ) -> dict[str, float]:
     """Every case's sampled-row truth into the cache; {case: seconds spent computing it}."""
     seconds: dict[str, float] = {}
+    counts = {c.id: len(sample_rows(c, n_rows)) for c in cases}
     # the longest first (cost ~ L x heads), so that two workers finish together
     todo = [c.id for c in sorted(cases, key=lambda c: -length(c) * int(c.options.get("num_heads") or 1))]
     with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=get_context("spawn")) as pool:
@@ -285,7 +314,7 @@ def prepare_truth(
         for fut in as_completed(futures):
             cid, secs, cached = fut.result()
             seconds[cid] = secs
-            say(f"truth {cid}: " + ("cached" if cached else f"{secs:.1f} s (exact, {n_rows} rows)"))
+            say(f"truth {cid}: " + ("cached" if cached else f"{secs:.1f} s (exact, {counts[cid]} rows)"))
     return seconds
 
 
@@ -333,7 +362,8 @@ def mem_available() -> int | None:
 def _blocks(case: CaseSpec) -> list[slice]:
     n = length(case)
     heads = int(case.options.get("num_heads") or 1)
-    if case.op == "self_attention" or heads * n * n <= MAX_WEIGHTS_ELEMENTS:
+    # self-attention and the decoder block cannot be split into query rows (their keys are the queries' tokens)
+    if case.op not in QUERY_INPUTS or heads * n * n <= MAX_WEIGHTS_ELEMENTS:
         return [slice(0, n)]
     step = max(1, MAX_WEIGHTS_ELEMENTS // (heads * n))
     return [slice(s, min(n, s + step)) for s in range(0, n, step)]
@@ -525,7 +555,7 @@ def verdicts_for_case(
         others = [r for r in done if r is not run]
         against = [pairs[(run.impl, o.impl)] for o in others]
         disagree = [o.impl for o, p in zip(others, against, strict=True) if not p[0]]
-        full_worst = max((p[1] for p in against), default=None)
+        full_worst = max((p[1] for p in against), default=None) if bounds.full else None
         rows_ok, pairs_message = ok, ""
         # Wrong when it disagrees with most of the others (with one other, a disagreement fails both).
         if disagree and (len(disagree) * 2 > len(others) or len(others) == 1):
@@ -628,6 +658,14 @@ def run_tier(
     fmt = fmt or precision.FORMATS[precision.DEFAULT]
     start = time.perf_counter()
     cases = load_cases(case_globs, catalogue)
+    if fmt.name != precision.DEFAULT:
+        from attention_ports.fixtures.store import FixtureError
+
+        for op in sorted({c.op for c in cases if c.op in FLOAT64_ONLY}):
+            say(f"{op}: not at {fmt.name} ({FLOAT64_ONLY[op]})")
+        cases = [c for c in cases if c.op not in FLOAT64_ONLY]
+        if not cases:
+            raise FixtureError(f"no selected scale case is judged at {fmt.name}: {'; '.join(FLOAT64_ONLY.values())}")
     truth_seconds = prepare_truth(cases, catalogue, use_cache, workers, say, n_rows, fmt.name)
     bounds: dict[str, scale_bounds.Bounds] = {}
     bound_seconds: dict[str, float] = {}
@@ -641,9 +679,8 @@ def run_tier(
         bounds[case.id], cached = every_row_bounds(case, inputs, rows[case.id], use_cache, fmt.name)
         bound_seconds[case.id] = 0.0 if cached else time.perf_counter() - t
         at = "" if fmt.name == precision.DEFAULT else f", {fmt.name}'s rules"
-        say(
-            f"bounds {case.id}: " + ("cached" if cached else f"{bound_seconds[case.id]:.1f} s (every row, float64{at})")
-        )
+        done = "cached" if cached else f"{bound_seconds[case.id]:.1f} s (every row, float64{at})"
+        say(f"bounds {case.id}: " + (done if case.op in ATTENTION_OPS else "none (the sampled rows only)"))
         del inputs
     harness_peak = peak_rss()
     runs: dict[str, list[Run]] = {}
@@ -687,9 +724,11 @@ def render(report: Report) -> str:
     names = list(report.runs)
     by = {(v.impl, v.case): v for v in report.verdicts}
     at = "" if report.precision == precision.DEFAULT else f" at {report.precision}"
+    fewer = sorted({c.op for c in report.cases if c.op in MAX_ROWS and MAX_ROWS[c.op] < report.n_rows})
     lines = [
-        f"scale tier{at}: {len(report.cases)} cases, {report.n_rows} exact rows each; every row compared between "
-        "implementations",
+        f"scale tier{at}: {len(report.cases)} cases, {report.n_rows} exact rows each"
+        + "".join(f" ({op}: {MAX_ROWS[op]}, and no every-row comparison)" for op in fewer)
+        + "; every row compared between implementations",
         "",
         "| case |" + "".join(f" {n} |" for n in names),
         "|---|" + "---|" * len(names),

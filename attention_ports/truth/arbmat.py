@@ -97,6 +97,12 @@ def take_cols(m: arb_mat, start: int, stop: int) -> arb_mat:
     return arb_mat(m.nrows(), stop - start, [e[i * c + j] for i in range(m.nrows()) for j in range(start, stop)])
 
 
+def take_rows(m: arb_mat, rows: Sequence[int]) -> arb_mat:
+    c = m.ncols()
+    e = m.entries()
+    return arb_mat(len(rows), c, [e[i * c + j] for i in rows for j in range(c)])
+
+
 def hcat(blocks: Sequence[arb_mat]) -> arb_mat:
     r = blocks[0].nrows()
     ents = [b.entries() for b in blocks]

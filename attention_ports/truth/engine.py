@@ -16,7 +16,9 @@ tapers with its number of SGD steps (naive balls lose ~1.3 bits a step on the sh
 
 Beyond the catalogue: ``masked_query`` selects the convention for a query whose keys are all
 masked ("zeros", "nan", "uniform"), ``rows`` restricts the attention operations to a subset
-of query rows (rows are independent), for cases too large to compute in full, and ``outputs``
+of query rows (rows are independent) and the decoder block to a subset of its token rows (the
+keys and values of every token computed, the rest on those rows: transformer.block_rows_t), for
+cases too large to compute in full, and ``outputs``
 to some of the outputs (the others are computed along the way but neither rounded nor bounded,
 which is most of the cost of a long weights row: the scale tier, attention_ports/tiers/scale.py).
 """

@@ -705,16 +705,21 @@ GRAPHS = {
     "classifier_forward": classifier_forward,
     "classifier_step": classifier_step,
 }
-ROW_SUBSET_OPS = ("scaled_dot_product_attention", "self_attention", "multi_head_attention")
+# the operations whose graph takes ``rows`` (query rows, or the decoder block's token rows:
+# truth/transformer.py registers it with register_graph(..., rows=True))
+ROW_SUBSET_OPS = ["scaled_dot_product_attention", "self_attention", "multi_head_attention"]
 
 
-def register_graph(op: str, fn: Callable[..., dict[str, Out]]) -> None:
+def register_graph(op: str, fn: Callable[..., dict[str, Out]], rows: bool = False) -> None:
     """Add the graph of ``op`` (``fn(g, inputs, options)``): a family of operations keeps its graphs
     and bound rules in its own module (``truth/norms.py``), which registers them on import; the
-    engine imports the family modules (``engine.FAMILIES``)."""
+    engine imports the family modules (``engine.FAMILIES``). ``rows``: ``fn`` takes a fourth
+    argument, the rows to compute (``rows=`` of ``run_graph``)."""
     if op in GRAPHS:
         raise ValueError(f"an exact graph for {op!r} is registered twice")
     GRAPHS[op] = fn
+    if rows:
+        ROW_SUBSET_OPS.append(op)
 
 
 def run_graph(

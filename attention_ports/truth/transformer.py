@@ -62,7 +62,7 @@ conservative by ``u_s |y|``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -506,12 +506,54 @@ def feed_forward(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[st
     return {"y": Out(y, y.shape)}
 
 
-def decoder_block(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:
+def block_rows_t(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb, form: str, rows: Sequence[int]) -> T:
+    """``block_t``'s output on the token rows ``rows`` only (the scale tier's sampled rows).
+
+    Query row i reads the keys and values of tokens 0..i, so ln_1, k and v are computed for every
+    token; q, the attention, the residuals and the feed-forward for ``rows`` alone. The bounds are
+    ``block_t``'s rules: the attention sublayer node by node (its input x is exact), the
+    feed-forward sublayer ``through`` its Jacobian one row at a time. That is ``block_t``'s
+    whole-sublayer Jacobian, which is block diagonal (the sublayer maps each row on its own: row
+    i's output depends on row i's input alone, so every other block is exactly 0), taken block by
+    block: d directions a row instead of n d, which keeps it within ``MAX_DIRECTIONS`` at any
+    length (d <= 1024), where ``block_t`` falls back to node-by-node carrying past n d > 1024 (at
+    d = 512 that bound is ~70 times wider: docs/truth-and-bounds.md, "The transformer at scale")."""
+    ln = norms.layer_norm_t(g, x, _entries(p["ln1_w"]), _entries(p["ln1_b"]), eps)
+    k, v = (g.affine(ln, p[f"w_{s}"], p[f"b_{s}"]) for s in "kv")
+    q = g.affine(take_rows(ln, rows), p["w_q"], p["b_q"])
+    mask = Mask(keep=[[j <= i for j in range(x.shape[0])] for i in rows], add=None)
+    heads = exact.attend_heads(g, q, k, v, h, mask)
+    mid = residual(g, take_rows(x, rows), g.affine(heads.concat, p["w_o"], p["b_o"]))
+    out = [
+        captured(
+            g,
+            take_rows(mid, [i]),
+            lambda g_, x_: ffn_nodes(g_, x_, p, eps, form),
+            lambda t: t_ffn_sublayer(t, p, eps, form),
+        ).out
+        for i in range(len(rows))
+    ]
+    return T(am.vcat([o.v for o in out]), am.vcat([o.e for o in out]) if g.track else None)
+
+
+def take_rows(t: T, rows: Sequence[int]) -> T:
+    return T(am.take_rows(t.v, rows), None if t.e is None else am.take_rows(t.e, rows))
+
+
+def decoder_block(
+    g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any], rows: Sequence[int] | None = None
+) -> dict[str, Out]:
+    """The block; with ``rows``, its output on those token rows only (``block_rows_t``)."""
     x = exact._f64(inputs, "x", 2)
     d = x.shape[1]
     h = exact.num_heads(options, d, "decoder_block")
     (p,) = block_params(inputs, d, stacked=False)
-    y = block_t(g, exact._exact(x), p, h, norms._eps(options), activations._form(options))
+    eps, form = norms._eps(options), activations._form(options)
+    if rows is None:
+        y = block_t(g, exact._exact(x), p, h, eps, form)
+    else:
+        exact._rows(x, rows)  # the indices' check
+        y = block_rows_t(g, exact._exact(x), p, h, eps, form, list(rows))
     return {"y": Out(y, y.shape)}
 
 
@@ -616,5 +658,5 @@ def gpt_forward(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str
 
 
 exact.register_graph("feed_forward", feed_forward)
-exact.register_graph("decoder_block", decoder_block)
+exact.register_graph("decoder_block", decoder_block, rows=True)
 exact.register_graph("gpt_forward", gpt_forward)
