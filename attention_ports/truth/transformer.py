@@ -181,7 +181,32 @@ class NormNode:
 
 
 def norm_node(g: Graph, x: T, w: T, b: T, eps: arb) -> NormNode:
+    if g.track and (w.e is not None or b.e is not None):
+        return NormNode(enclose(x), _norm_carrying_params(g, x, w, b, eps), eps, g.track)
     return NormNode(enclose(x), norms.layer_norm_t(g, x, _entries(w), _entries(b), eps), eps, g.track)
+
+
+def _norm_carrying_params(g: Graph, x: T, w: T, b: T, eps: arb) -> T:
+    """A layer norm whose gain and bias carry error bounds e_w, e_b (gpt_train's parameters after a
+    step). A correct implementation computes ``fl(yhat' w' + b')`` with ``|yhat' - yhat| <= e_y``
+    (the norm's own rule), ``|w' - w| <= e_w``, ``|b' - b| <= e_b``, so it is off by at most
+    ``norms.affine_error`` at the balls ``w +/- e_w``, ``b +/- e_b`` (the rounding, charged at
+    their upper ends, and ``|w'| e_y``) plus ``|yhat| e_w + e_b``."""
+    bare = norms.layer_norm_t(g, x, None, None, eps)  # yhat and its bound e_y
+    n_rows, d = bare.shape
+    wv, bv = _entries(w), _entries(b)
+    wb, bb = enclose(w).entries(), enclose(b).entries()
+    zero = [am.ZERO] * d
+    ew = zero if w.e is None else w.e.entries()
+    eb = zero if b.e is None else b.e.entries()
+    ys, es = bare.v.entries(), bare.e.entries()
+    values, errors = [], []
+    for i in range(n_rows):
+        y, e_y = ys[i * d : (i + 1) * d], es[i * d : (i + 1) * d]
+        values.extend(yj * wj + bj for yj, wj, bj in zip(y, wv, bv, strict=True))
+        rounding = norms.affine_error(y, e_y, wb, bb)
+        errors.extend(r + yj.abs_upper() * a + c for r, yj, a, c in zip(rounding, y, ew, eb, strict=True))
+    return T(am.build(n_rows, d, values), am.build(n_rows, d, errors))
 
 
 @dataclass
@@ -489,11 +514,20 @@ def _tokens(inputs: Mapping[str, np.ndarray], vocab: int, n_ctx: int) -> list[in
     return ids
 
 
-def embed(g: Graph, ids: list[int], wte: np.ndarray, wpe: np.ndarray) -> T:
-    """``wte[t_i] + wpe[i]``: an exact gather, one rounding for the sum (``u |x|``)."""
+def embed(g: Graph, ids: list[int], wte: T, wpe: T) -> T:
+    """``wte[t_i] + wpe[i]``: an exact gather, one rounding for the sum (``u |x|``); tables that
+    carry error bounds (gpt_train's, after a step) add theirs: ``e + u (|x| + e)``."""
     n, d = len(ids), wte.shape[1]
-    v = am.build(n, d, [arb(float(wte[t, j])) + arb(float(wpe[i, j])) for i, t in enumerate(ids) for j in range(d)])
-    return T(v, bounds.U * am.eabs(v) if g.track else None)
+    tv, pv = wte.v.entries(), wpe.v.entries()
+    v = am.build(n, d, [tv[t * d + j] + pv[i * d + j] for i, t in enumerate(ids) for j in range(d)])
+    if not g.track:
+        return T(v)
+    if wte.e is None and wpe.e is None:
+        return T(v, bounds.U * am.eabs(v))
+    te = wte.e.entries() if wte.e is not None else [am.ZERO] * len(tv)
+    pe = wpe.e.entries() if wpe.e is not None else [am.ZERO] * len(pv)
+    carried = am.build(n, d, [te[t * d + j] + pe[i * d + j] for i, t in enumerate(ids) for j in range(d)])
+    return T(v, carried + bounds.U * (am.eabs(v) + carried))
 
 
 @dataclass
@@ -501,8 +535,8 @@ class GptInputs:
     """gpt_forward's inputs, validated: token ids, tables, heads, options, blocks, final norm, head."""
 
     ids: list[int]
-    wte: np.ndarray
-    wpe: np.ndarray
+    wte: T  # (vocab x d)
+    wpe: T  # (n_ctx x d)
     h: int
     eps: arb
     form: str
@@ -526,7 +560,9 @@ def gpt_inputs(inputs: Mapping[str, np.ndarray], options: Mapping[str, Any], op:
     w_head = exact._f64(inputs, "params.w_head", 2)
     if w_head.shape != (d, vocab):
         raise InputError(f"params.w_head must have shape (d, vocab) = {(d, vocab)}; got {w_head.shape}")
-    return GptInputs(ids, wte, wpe, h, eps, form, blocks, lnf_w, lnf_b, exact._exact(w_head))
+    return GptInputs(
+        ids, exact._exact(wte), exact._exact(wpe), h, eps, form, blocks, lnf_w, lnf_b, exact._exact(w_head)
+    )
 
 
 @dataclass
