@@ -170,6 +170,11 @@ class Back:
         """A forward node as the backward reads it: its enclosure, or (bare) its value balls."""
         return enclose(t) if self.rounded else t.v
 
+    def param(self, t: T) -> arb_mat:
+        """A parameter as the backward reads it: its value, or, where it carries an error bound
+        (gpt_train's parameters after a step), its enclosure, a node like any other (``node``)."""
+        return self.node(t)
+
     def charge(self, y: Pair, rad: Callable[[], arb_mat]) -> Pair:
         if self.track:
             y.a = widen(y.a, rad())
@@ -256,7 +261,7 @@ def layer_norm_back(bk: Back, node: NormNode, dy: Pair, w: T) -> tuple[Pair, arb
     yhat = am.build(n_rows, n, [y for row in yhat_rows for y in row])
     d_w = bk.colsum(dy.map(lambda z: am.emul(z, yhat)), extra=1)
     d_b = bk.colsum(dy)
-    g = dy.map(lambda z: am.emul(z, am.bcast_rows(w.v, n_rows)))
+    g = dy.map(lambda z: am.emul(z, am.bcast_rows(bk.param(w), n_rows)))
 
     def dx_of(gm: arb_mat) -> arb_mat:
         out: list[arb] = []
@@ -429,7 +434,7 @@ def _head_stage(bk: Back, head: transformer.HeadNodes, gi: transformer.GptInputs
     """The LM head and the final layer norm."""
     g = {"w_head": bk.lmm(_t(bk.node(head.ln.out)), dz).enclosure()}
     dx, g["lnf_w"], g["lnf_b"] = layer_norm_back(
-        bk, head.ln, bk.mm(dz, _t(_centred(bk, gi.head.v, rows=False))), gi.lnf_w
+        bk, head.ln, bk.mm(dz, _t(_centred(bk, bk.param(gi.head), rows=False))), gi.lnf_w
     )
     return dx, g
 
@@ -437,10 +442,10 @@ def _head_stage(bk: Back, head: transformer.HeadNodes, gi: transformer.GptInputs
 def _ffn_stage(bk: Back, ffn: transformer.FfnNodes, p: Mapping[str, T], form: str, dy: Pair) -> tuple[Pair, dict]:
     """``y = x + ffn(ln_2(x))``: dx and the feed-forward's and ln_2's gradients."""
     gb = {"w_2": bk.lmm(_t(bk.node(ffn.act)), dy).enclosure(), "b_2": bk.colsum(dy)}
-    d_hidden = gelu_back(bk, ffn.hidden, bk.mm(dy, _t(p["w_2"].v)), form)
+    d_hidden = gelu_back(bk, ffn.hidden, bk.mm(dy, _t(bk.param(p["w_2"]))), form)
     gb["w_1"] = bk.lmm(_t(bk.node(ffn.ln.out)), d_hidden).enclosure()
     gb["b_1"] = bk.colsum(d_hidden)
-    d_m, gb["ln2_w"], gb["ln2_b"] = layer_norm_back(bk, ffn.ln, bk.mm(d_hidden, _t(p["w_1"].v)), p["ln2_w"])
+    d_m, gb["ln2_w"], gb["ln2_b"] = layer_norm_back(bk, ffn.ln, bk.mm(d_hidden, _t(bk.param(p["w_1"]))), p["ln2_w"])
     return bk.add(dy, d_m), gb
 
 
@@ -449,14 +454,14 @@ def _attention_stage(
 ) -> tuple[Pair, dict]:
     """``y = x + attn(ln_1(x))``: dx and the attention's and ln_1's gradients."""
     gb = {"w_o": bk.lmm(_t(bk.node(att.heads.concat)), dy).enclosure(), "b_o": bk.colsum(dy)}
-    dq, dk, dv = attention_back(bk, att, bk.mm(dy, _t(p["w_o"].v)), h)
+    dq, dk, dv = attention_back(bk, att, bk.mm(dy, _t(bk.param(p["w_o"]))), h)
     a = _t(bk.node(att.ln.out))
     for name, dproj in (("q", dq), ("k", dk), ("v", dv)):
         gb[f"w_{name}"] = bk.lmm(a, dproj).enclosure()
         gb[f"b_{name}"] = bk.colsum(dproj)
     if not bk.track:  # exactly 0: the rows of dS sum to 0 (module docstring)
         gb["b_k"] = am.zeros(*am.shape(gb["b_k"]))
-    d_a = bk.mm_sum([(dq, _t(p["w_q"].v)), (dk, _t(p["w_k"].v)), (dv, _t(p["w_v"].v))])
+    d_a = bk.mm_sum([(dq, _t(bk.param(p["w_q"]))), (dk, _t(bk.param(p["w_k"]))), (dv, _t(bk.param(p["w_v"])))])
     d_x, gb["ln1_w"], gb["ln1_b"] = layer_norm_back(bk, att.ln, d_a, p["ln1_w"])
     return bk.add(dy, d_x), gb
 
