@@ -220,6 +220,7 @@ class AttentionNodes:
     heads: exact.Heads
     out: T
     jac: arb_mat | None = None  # |J| of the sublayer over its input's balls (``through``)
+    key_shift: arb_mat | None = None  # b_k's carried error bound, kept out of k (``keys_carrying_shift``)
 
 
 @dataclass
@@ -236,9 +237,31 @@ class FfnNodes:
 def attention_nodes(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb) -> AttentionNodes:
     """``x + attn(ln_1(x))``: causal multi-head attention with the output projection."""
     ln = norm_node(g, x, p["ln1_w"], p["ln1_b"], eps)
-    q, k, v = (g.affine(ln.out, p[f"w_{s}"], p[f"b_{s}"]) for s in "qkv")
+    q, v = (g.affine(ln.out, p[f"w_{s}"], p[f"b_{s}"]) for s in "qv")
+    shift = p["b_k"].e if g.track else None
+    k = g.affine(ln.out, p["w_k"], p["b_k"]) if shift is None else keys_carrying_shift(g, ln.out, p["w_k"], p["b_k"])
     heads = exact.attend_heads(g, q, k, v, h, causal_mask(x.shape[0]))
-    return AttentionNodes(ln, q, k, v, heads, residual(g, x, g.affine(heads.concat, p["w_o"], p["b_o"])))
+    out = residual(g, x, g.affine(heads.concat, p["w_o"], p["b_o"]))
+    return AttentionNodes(ln, q, k, v, heads, out, key_shift=shift)
+
+
+def keys_carrying_shift(g: Graph, a: T, w_k: T, b_k: T) -> T:
+    """``k = a W_k + b_k`` where b_k carries an error bound delta (gpt_train's parameters after a
+    step). A correct implementation holds ``b_k' = b_k + d``, ``|d| <= delta``, and computes
+    ``k' = K + 1 d^T`` with K within the affine rule's bound (charged at the magnitudes of the ball
+    ``b_k +/- delta``) of ``a W_k + b_k``: every key shifted by one vector d, which adds ``q_i . d``
+    to every score of row i, a shift the softmax ignores exactly (the loss does not depend on
+    b_k). So d is kept out of k's error: only what its size adds to the roundings is, ``gamma(d +
+    SCORE_EXTRA + 4) delta`` on k (the scores' products and scale at magnitudes grown by
+    ``|q| delta``, and a log-domain normaliser's rounding at ``|lse| + |q . d|``, each at most that
+    times |q|, which the scores' rule meets as an error of k). Its one other reader, the backward's
+    ``dq = s dS k'``, adds ``s (dS 1) d^T`` (``transformer_grads.attention_back``)."""
+    widened = T(b_k.v)
+    widened.__dict__["abs"] = am.eabs(ball(b_k))  # the roundings at the magnitudes b_k' may have
+    k = g.affine(a, w_k, widened)
+    assert k.e is not None and b_k.e is not None
+    pad = bounds.gamma(a.shape[1] + bounds.SCORE_EXTRA + 4) * b_k.e
+    return T(k.v, k.e + am.bcast_rows(pad, k.shape[0]))
 
 
 def ffn_nodes(g: Graph, x: T, p: Mapping[str, T], eps: arb, form: str) -> FfnNodes:
