@@ -360,9 +360,23 @@ def attention_back(bk: Back, att: transformer.AttentionNodes, d_cat: Pair, h: in
         d_a = bk.mm(dz, _t(_centred(bk, vi, rows=True)))
         dvs.append(bk.lmm(_t(a), dz))
         ds = softmax_back(bk, a, d_a, dz, vi)
-        dqs.append(bk.mm(ds, _centred(bk, ki, rows=True), bounds.SCORE_EXTRA).map(lambda m: m * s))
+        dq = bk.mm(ds, _centred(bk, ki, rows=True), bounds.SCORE_EXTRA).map(lambda m: m * s)
+        if att.key_shift is not None and bk.track and bk.rounded:
+            dq = _key_shift(dq, ds, am.take_cols(att.key_shift, lo, hi), s)
+        dqs.append(dq)
         dks.append(bk.mm(ds.map(_t), qi, bounds.SCORE_EXTRA).map(lambda m: m * s))
     return hcat(dqs), hcat(dks), hcat(dvs)
+
+
+def _key_shift(dq: Pair, ds: Pair, delta: arb_mat, s: arb) -> Pair:
+    """gpt_train's parameter plumbing: keys shifted by ``d``, ``|d| <= delta`` (b_k's carried
+    error, kept out of k: ``transformer.keys_carrying_shift``) add ``s (dS' 1) d^T`` to ``dq = s dS'
+    k'``, and the product's rounding ``gamma(n) |dS'| |d|``. The rows of dS sum to 0 exactly, those
+    of the computed dS' to no more than the enclosure's row sums."""
+    n = ds.a.ncols()
+    rows = am.eabs(am.rowsum(ds.enclosure())) + bounds.gamma(n) * am.rowsum(ds.mag())
+    dq.a = widen(dq.a, (rows * delta) * s)
+    return dq
 
 
 @dataclass
