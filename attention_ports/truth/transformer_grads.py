@@ -109,6 +109,7 @@ the measured worst fractions and the bound's relative size: docs/truth-and-bound
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -165,6 +166,9 @@ class Back:
 
     track: bool
     rounded: bool = True  # forward nodes widened by their rounding bounds (False: the bare stage)
+    # grads.b_k bounded as rounding noise too (``b_k_noise``): gpt_train's, whose Adam step
+    # divides that gradient by eps; gpt_grads' own bound is left as it is (issue 18)
+    b_k_noise: bool = False
 
     def node(self, t: T) -> arb_mat:
         """A forward node as the backward reads it: its enclosure, or (bare) its value balls."""
@@ -345,13 +349,16 @@ def _centred(bk: Back, m: arb_mat, rows: bool) -> arb_mat:
     return am.build(r, c, [e[i * c + j] - e[i * c] for i in range(r) for j in range(c)])
 
 
-def attention_back(bk: Back, att: transformer.AttentionNodes, d_cat: Pair, h: int) -> tuple[Pair, Pair, Pair]:
-    """(dq, dk, dv) of causal multi-head attention, from the gradient of the heads' concatenation."""
+def attention_back(
+    bk: Back, att: transformer.AttentionNodes, d_cat: Pair, h: int
+) -> tuple[Pair, Pair, Pair, arb_mat | None]:
+    """(dq, dk, dv) of causal multi-head attention, from the gradient of the heads' concatenation,
+    and (``bk.b_k_noise``) the bound ``b_k_noise`` of the computed grads.b_k."""
     d = d_cat.a.ncols()
     dh = d // h
     s = arb(dh).rsqrt()
     q, k, v = bk.node(att.q), bk.node(att.k), bk.node(att.v)
-    dqs, dks, dvs = [], [], []
+    dqs, dks, dvs, noise = [], [], [], []
     for i in range(h):
         lo, hi = i * dh, (i + 1) * dh
         a = bk.node(att.heads.weights[i])
@@ -365,7 +372,57 @@ def attention_back(bk: Back, att: transformer.AttentionNodes, d_cat: Pair, h: in
             dq = _key_shift(dq, ds, am.take_cols(att.key_shift, lo, hi), s)
         dqs.append(dq)
         dks.append(bk.mm(ds.map(_t), qi, bounds.SCORE_EXTRA).map(lambda m: m * s))
-    return hcat(dqs), hcat(dks), hcat(dvs)
+        if bk.b_k_noise and bk.track and bk.rounded:
+            shift = None if att.key_shift is None else am.take_cols(att.key_shift, lo, hi)
+            noise.append(b_k_noise(a, d_a, dz, vi, qi, ki, ds, dks[-1], s, shift))
+    return hcat(dqs), hcat(dks), hcat(dvs), (am.hcat(noise) if noise else None)
+
+
+def b_k_noise(
+    a: arb_mat,
+    d_a: Pair,
+    dz: Pair,
+    v: arb_mat,
+    q: arb_mat,
+    k: arb_mat,
+    ds: Pair,
+    dk: Pair,
+    s: arb,
+    shift: arb_mat | None,
+) -> arb_mat:
+    """One head's bound on the computed ``grads.b_k = colsum(dk')`` (1 x d_head), whose exact value
+    is 0: ``colsum(dk') = s sum_j (rowsum_j dS') q'_j`` plus the products' and the column sum's
+    roundings, and a computed dS' has rows that sum to rounding noise, whatever the accuracy of the
+    weights A' it is made from, as long as one A' serves the row sum and the product: ``sum_i
+    A'_ji (dA'_ji - r'_j) = (sum_i A'_ji dA'_ji - r'_j) + r'_j (1 - sum_i A'_ji)``, the first the row
+    sum's and the entries' roundings (or a flash kernel's ``rowsum(dz * z)``: ``softmax_back``'s
+    terms, summed over the row), the second the softmax's normalisation, ``|1 - sum A'| <=
+    softmax_eps(n) + C_LSE u |lse|`` (the softmax rule's unnormalised error, |lse| <= max |score| +
+    log n, the scores grown by a key shift's ``|q| delta``). Magnitudes: the enclosures' upper ends."""
+    n = a.ncols()
+    aa, daa, qa, s_up = am.eabs(a), d_a.mag(), am.eabs(q), s.abs_upper()
+    r = am.rowsum(am.emul(aa, daa))  # |r_j| <= sum_i |A_ji| |dA_ji|   (n x 1)
+    mass = am.rowsum(aa)
+    flash = am.rowsum(am.emul(dz.mag(), aa * am.eabs(v)))
+    scores = (qa * am.eabs(k).transpose()) * s_up
+    grown = (qa * shift.transpose()) * s_up if shift is not None else None
+    rows: list[arb] = []
+    for j, (row, rj, mj, fj) in enumerate(
+        zip(am.rows_of(scores), r.entries(), mass.entries(), flash.entries(), strict=True)
+    ):
+        lse = functools.reduce(lambda x, y: x.max(y), (x.abs_upper() for x in row[: j + 1])) + arb(n).log()
+        if grown is not None:
+            lse = lse + grown.entries()[j]
+        eps_j = bounds.softmax_eps(n) + bounds.C_LSE * bounds.U * lse
+        rows.append(
+            bounds.gamma(n + SOFTMAX_BACK) * (rj + rj * mj) + bounds.gamma(n + dz.a.ncols() + 2) * fj * mj + rj * eps_j
+        )
+    row_sums = am.build(1, n, rows)
+    return (
+        (row_sums * qa) * s_up
+        + bounds.gamma(n + bounds.SCORE_EXTRA) * s_up * (am.colsum(ds.mag()) * qa)
+        + bounds.gamma(n) * am.colsum(dk.mag())
+    )
 
 
 def _key_shift(dq: Pair, ds: Pair, delta: arb_mat, s: arb) -> Pair:
@@ -385,9 +442,10 @@ class Step:
     grads: dict[str, list[arb_mat]]  # per parameter: one matrix, or one per block
 
 
-def _step(g: Graph, gi: transformer.GptInputs, targets: list[int], counted: list[int]) -> Step:
-    """The forward and backward on ``g``: exact values, or (``g.track``) enclosures."""
-    bk = Back(g.track)
+def _step(g: Graph, gi: transformer.GptInputs, targets: list[int], counted: list[int], b_k_noise: bool = False) -> Step:
+    """The forward and backward on ``g``: exact values, or (``g.track``) enclosures; ``b_k_noise``:
+    grads.b_k's enclosure narrowed by its noise rule (``Back.b_k_noise``)."""
+    bk = Back(g.track, b_k_noise=b_k_noise)
     fw = transformer.gpt_nodes(g, gi)
     logits = fw.final.out
     n, vocab = logits.shape
@@ -468,11 +526,14 @@ def _attention_stage(
 ) -> tuple[Pair, dict]:
     """``y = x + attn(ln_1(x))``: dx and the attention's and ln_1's gradients."""
     gb = {"w_o": bk.lmm(_t(bk.node(att.heads.concat)), dy).enclosure(), "b_o": bk.colsum(dy)}
-    dq, dk, dv = attention_back(bk, att, bk.mm(dy, _t(bk.param(p["w_o"]))), h)
+    dq, dk, dv, noise = attention_back(bk, att, bk.mm(dy, _t(bk.param(p["w_o"]))), h)
     a = _t(bk.node(att.ln.out))
     for name, dproj in (("q", dq), ("k", dk), ("v", dv)):
         gb[f"w_{name}"] = bk.lmm(a, dproj).enclosure()
         gb[f"b_{name}"] = bk.colsum(dproj)
+    if noise is not None:  # the exact value is 0: within the noise bound, and the enclosure
+        enc = am.eabs(gb["b_k"]).entries()
+        gb["b_k"] = am.build(1, len(enc), [arb(0, x.min(y)) for x, y in zip(enc, noise.entries(), strict=True)])
     if not bk.track:  # exactly 0: the rows of dS sum to 0 (module docstring)
         gb["b_k"] = am.zeros(*am.shape(gb["b_k"]))
     d_a = bk.mm_sum([(dq, _t(bk.param(p["w_q"]))), (dk, _t(bk.param(p["w_k"]))), (dv, _t(bk.param(p["w_v"])))])
