@@ -21,6 +21,7 @@ include(joinpath(@__DIR__, "..", "src", "losses.jl"))
 include(joinpath(@__DIR__, "..", "src", "transformer.jl"))
 include(joinpath(@__DIR__, "..", "src", "optim.jl"))
 include(joinpath(@__DIR__, "..", "src", "transformer_grads.jl"))
+include(joinpath(@__DIR__, "..", "src", "transformer_train.jl"))
 
 # --- independent loop implementations ------------------------------------------------------------
 function naive_softmax_column(s::AbstractVector)
@@ -173,6 +174,7 @@ try
     include(joinpath(@__DIR__, "transformer_tests.jl"))
     include(joinpath(@__DIR__, "transformer_grads_tests.jl"))
     include(joinpath(@__DIR__, "optim_tests.jl"))
+    include(joinpath(@__DIR__, "transformer_train_tests.jl"))
 finally
     Test.pop_testset()
 end
