@@ -48,6 +48,11 @@ def test_every_output_has_a_finite_non_negative_bound_of_its_shape() -> None:
 # of it: the interval arithmetic inside each backward stage, truth/transformer_grads.py). A
 # tighter backward rule is issue 18's next step; this pins the level so that it cannot slip.
 NOT_YET_AT_REQUIREMENT = {"gpt_grads": 1e-7}
+# gpt_train's b_k, whose gradient is exactly 0 and computed as rounding noise that Adam divides by
+# eps = 1e-8: correct implementations' b_k differ by up to lr times that noise / eps, and the bound
+# (lr times the noise rule's bound / eps) allows it: it catches 1e-7 (gpt_train_tanh_plain_adam, lr
+# 0.02) to 4e-10 relative. Every other output of gpt_train is held to the requirement.
+LOOSE_BY_NATURE = {("gpt_train", "params.b_k"): 1e-7}
 
 
 def test_a_1e_minus_9_relative_error_fails_every_non_degenerate_output() -> None:
@@ -56,6 +61,7 @@ def test_a_1e_minus_9_relative_error_fails_every_non_degenerate_output() -> None
         if not np.any(np.isfinite(exp.array) & (exp.array != 0)):
             continue  # degenerate: all zero or NaN (a zero gradient, a fully masked row)
         r = NOT_YET_AT_REQUIREMENT.get(CASES[case_id]["op"], 1e-9)
+        r = LOOSE_BY_NATURE.get((CASES[case_id]["op"], name), r)
         res = compare(exp.array, exp.array * (1 + r), exp.bound)
         assert not res.ok, f"{case_id}.{name}: a {r:g} relative error passes every element"
         checked += 1
@@ -91,13 +97,18 @@ def test_a_3e_minus_10_relative_error_fails_every_non_degenerate_output() -> Non
     # logits, whose embeddings (mean 3, spread 1e-3, eps 1e-12) make the first norm's centring
     # ill-conditioned: correct implementations err there by 3.5e-11 (torch) and 4.5e-11 (the
     # reference) relative, and the bound, 600 times that, catches 1e-9 but not 3e-10.
-    # gpt_grads is held to its own measured level (NOT_YET_AT_REQUIREMENT, above).
-    held_to_requirement = {("gpt_near_constant_embeddings", "logits")}
+    # gpt_grads is held to its own measured level (NOT_YET_AT_REQUIREMENT, above), gpt_train's b_k to
+    # its (LOOSE_BY_NATURE).
+    # And gpt_train_one_token_decay's b_q: on one token the q and k gradients are exactly 0 (dS = 0),
+    # computed as rounding noise by a flash kernel, which Adam divides by eps over three steps; its
+    # bound catches 3.6e-10.
+    held_to_requirement = {("gpt_near_constant_embeddings", "logits"), ("gpt_train_one_token_decay", "params.b_q")}
     for case_id, name, exp in ALL:
         if not np.any(np.isfinite(exp.array) & (exp.array != 0)):
             continue
         r = 1e-9 if (case_id, name) in held_to_requirement else 3e-10
         r = NOT_YET_AT_REQUIREMENT.get(CASES[case_id]["op"], r)
+        r = LOOSE_BY_NATURE.get((CASES[case_id]["op"], name), r)
         res = compare(exp.array, exp.array * (1 + r), exp.bound)
         assert not res.ok, f"{case_id}.{name}: a {r:g} relative error passes every element"
 
