@@ -36,6 +36,7 @@ from attention_ports.reference.optim import AdamWStep, adamw_step
 from attention_ports.reference.positions import PAIRINGS, rotary_embedding, sinusoidal_positions
 from attention_ports.reference.transformer import decoder_block, feed_forward, gpt_forward
 from attention_ports.reference.transformer_grads import gpt_grads
+from attention_ports.reference.transformer_train import gpt_train
 
 __version__ = "1.0.0"
 
@@ -60,6 +61,7 @@ __all__ = [
     "gelu",
     "gpt_forward",
     "gpt_grads",
+    "gpt_train",
     "heads_to_packed",
     "init_classifier_params",
     "key_padding_mask",

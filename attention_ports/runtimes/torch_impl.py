@@ -391,29 +391,57 @@ TorchImplementation._op_adamw_step = _op_adamw_step
 # oracle checks the gradients, not the reference's by-hand backward.
 
 
-def _op_gpt_grads(self, inputs, options):
+def _gpt_loss(p: Mapping[str, torch.Tensor], inputs, options) -> torch.Tensor:
+    """lm_loss(gpt_forward(tokens, p), targets, ignore_index) through torch's own kernels."""
     h = int(options["num_heads"])
     eps = 1e-5 if options.get("eps") is None else float(options["eps"])
     form = options.get("approximate") or "none"
+    ids = torch.from_numpy(np.ascontiguousarray(inputs["tokens"], dtype=np.int64))
+    n, d = len(ids), p["wte"].shape[1]
+    x = F.embedding(ids, p["wte"]) + F.embedding(torch.arange(n), p["wpe"])
+    for b in range(p["w_q"].shape[0]):
+        t = {k: p[k][b] for k in BLOCK_PARAMS}
+        a = F.layer_norm(x, (d,), t["ln1_w"], t["ln1_b"], eps)
+        q, k, v = (F.linear(a, t[f"w_{s}"].T, t[f"b_{s}"]).reshape(n, h, d // h).transpose(0, 1) for s in "qkv")
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(0, 1).reshape(n, d)
+        x = x + F.linear(z, t["w_o"].T, t["b_o"])
+        m = F.layer_norm(x, (d,), t["ln2_w"], t["ln2_b"], eps)
+        x = x + F.linear(F.gelu(F.linear(m, t["w_1"].T, t["b_1"]), approximate=form), t["w_2"].T, t["b_2"])
+    logits = F.layer_norm(x, (d,), p["lnf_w"], p["lnf_b"], eps) @ p["w_head"]
+    targets = torch.from_numpy(np.ascontiguousarray(inputs["targets"], dtype=np.int64))
+    ignore = int(np.asarray(inputs["ignore_index"]).reshape(())) if "ignore_index" in inputs else -100
+    return F.cross_entropy(logits, targets, ignore_index=ignore)
+
+
+def _op_gpt_grads(self, inputs, options):
     with torch.enable_grad():  # run() holds no_grad
         p = {n: _t(inputs[f"params.{n}"], self.dtype).requires_grad_(True) for n in GPT_PARAMS}
-        ids = torch.from_numpy(np.ascontiguousarray(inputs["tokens"], dtype=np.int64))
-        n, d = len(ids), p["wte"].shape[1]
-        x = F.embedding(ids, p["wte"]) + F.embedding(torch.arange(n), p["wpe"])
-        for b in range(p["w_q"].shape[0]):
-            t = {k: p[k][b] for k in BLOCK_PARAMS}
-            a = F.layer_norm(x, (d,), t["ln1_w"], t["ln1_b"], eps)
-            q, k, v = (F.linear(a, t[f"w_{s}"].T, t[f"b_{s}"]).reshape(n, h, d // h).transpose(0, 1) for s in "qkv")
-            z = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(0, 1).reshape(n, d)
-            x = x + F.linear(z, t["w_o"].T, t["b_o"])
-            m = F.layer_norm(x, (d,), t["ln2_w"], t["ln2_b"], eps)
-            x = x + F.linear(F.gelu(F.linear(m, t["w_1"].T, t["b_1"]), approximate=form), t["w_2"].T, t["b_2"])
-        logits = F.layer_norm(x, (d,), p["lnf_w"], p["lnf_b"], eps) @ p["w_head"]
-        targets = torch.from_numpy(np.ascontiguousarray(inputs["targets"], dtype=np.int64))
-        ignore = int(np.asarray(inputs["ignore_index"]).reshape(())) if "ignore_index" in inputs else -100
-        loss = F.cross_entropy(logits, targets, ignore_index=ignore)
+        loss = _gpt_loss(p, inputs, options)
         grads = torch.autograd.grad(loss, [p[k] for k in GPT_PARAMS])
     return {"loss": loss.detach(), **{f"grads.{k}": g for k, g in zip(GPT_PARAMS, grads, strict=True)}}
 
 
 TorchImplementation._op_gpt_grads = _op_gpt_grads
+# gpt_train: a PyTorch training loop as people write it: zero_grad, the loss, backward, then
+# torch.optim.AdamW over every parameter (its defaults' eps 1e-8; decay on every parameter).
+
+
+def _op_gpt_train(self, inputs, options):
+    defaults = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "weight_decay": 1e-2}
+    o = {k: float(default if options.get(k) is None else options[k]) for k, default in defaults.items()}
+    p = {n: torch.nn.Parameter(_t(inputs[f"params.{n}"], self.dtype).clone()) for n in GPT_PARAMS}
+    opt = torch.optim.AdamW(
+        list(p.values()), lr=o["lr"], betas=(o["beta1"], o["beta2"]), weight_decay=o["weight_decay"], foreach=False
+    )
+    losses = []
+    with torch.enable_grad():  # run() holds no_grad
+        for _ in range(int(options["steps"])):
+            opt.zero_grad()
+            loss = _gpt_loss(p, inputs, options)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+    return {"losses": torch.stack(losses), **{f"params.{k}": p[k].detach() for k in GPT_PARAMS}}
+
+
+TorchImplementation._op_gpt_train = _op_gpt_train

@@ -364,6 +364,26 @@ register(
 )
 
 
+# A few AdamW steps of the GPT (reference/transformer_train.py), classifier_train's counterpart:
+# ``steps`` times on the same batch, gpt_grads' loss and gradients, then adamw_step on every
+# parameter (moments from 0, carried; step t's bias corrections; decay on every parameter; Adam's
+# eps torch's 1e-8, ``eps`` being the layer norms'). Returns each step's pre-update loss and the
+# final parameters.
+register(
+    OpSpec(
+        "gpt_train",
+        args=("tokens", "targets"),
+        kwargs=("ignore_index",),
+        positional_options=("num_heads", "steps"),
+        options=("eps", "approximate", "lr", "beta1", "beta2", "weight_decay"),
+        outputs=("losses", *(f"params.{p}" for p in GPT_PARAMS)),
+        roles={**_GPT_ROLES, "losses": Role.VECTOR},
+        groups={"params": GPT_PARAMS},
+        family="transformer",
+    )
+)
+
+
 # Next-token cross-entropy (reference/losses.py): the mean over the counted positions of
 # logsumexp(logits_i) - logits_i[targets_i]. targets are token ids (0-based here, 1-based in R and
 # Julia); positions whose target equals ignore_index (an index like the targets, in the same base:

@@ -539,6 +539,24 @@ def gpt_grads_cases(draw: st.DrawFn) -> Drawn:
     return Drawn("gpt_grads", inputs, options)
 
 
+@st.composite
+def gpt_train_cases(draw: st.DrawFn) -> Drawn:
+    """A few AdamW steps of a GPT: gpt_grads' draw (tokens, targets, blocks, gelu form, eps), one or
+    two steps (more leave the carried bound's first order on today's gradient bounds:
+    truth/transformer_train.py), Adam's options absent or drawn, weight_decay 0 among them."""
+    step = draw(gpt_grads_cases())
+    options: dict[str, Any] = {**step.options, "steps": draw(st.integers(1, 2))}
+    for name, choices in (
+        ("lr", (1e-3, 0.01)),
+        ("beta1", (0.8, 0.9)),
+        ("beta2", (0.95, 0.999)),
+        ("weight_decay", (0.0, 0.01, 0.1)),
+    ):
+        if draw(st.booleans()):
+            options[name] = draw(st.sampled_from(choices))
+    return Drawn("gpt_train", step.inputs, options)
+
+
 STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "softmax": softmax_cases,
     "scaled_dot_product_attention": sdpa_cases,
@@ -558,6 +576,7 @@ STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Drawn]]] = {
     "lm_loss": lm_loss_cases,
     "adamw_step": adamw_cases,
     "gpt_grads": gpt_grads_cases,
+    "gpt_train": gpt_train_cases,
 }
 assert set(STRATEGIES) == set(ops.OPS), "every contract operation needs a strategy"
 

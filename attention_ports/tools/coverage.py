@@ -604,7 +604,7 @@ def facts_from(op: str, options: Mapping[str, Any], inputs: dict[str, np.ndarray
         d = f.rows.shape[1]
         f.dims = {"n": f.n_q, "d": d, "d_ff": inputs["params.w_1"].shape[1]}
         f.sizes = {"h": int(options["num_heads"])}
-    elif op in ("gpt_forward", "gpt_grads"):  # gpt_grads: its forward's sizes and rows
+    elif op in ("gpt_forward", "gpt_grads", "gpt_train"):  # gpt_grads, gpt_train: their forward's sizes and rows
         tokens = np.asarray(inputs["tokens"], dtype=np.int64)
         wte, wpe = inputs["params.wte"], inputs["params.wpe"]
         f.n_q = len(tokens)
@@ -766,6 +766,7 @@ SHORT = {
     "lm_loss": "LM loss",
     "adamw_step": "AdamW",
     "gpt_grads": "GPT grads",
+    "gpt_train": "GPT train",
 }
 
 

@@ -123,6 +123,18 @@ SHAPES: dict[str, dict[str, tuple[str, ...]]] = {
         "lnf_b": ("d",),
         "w_head": ("d", "vocab"),
     },
+    "gpt_train": {
+        "tokens": ("n",),
+        "targets": ("n",),
+        "ignore_index": (),
+        "losses": ("steps",),
+        "wte": ("vocab", "d"),
+        "wpe": ("n_ctx", "d"),
+        **{k: ("n_layer", *v) for k, v in _BLOCK.items()},
+        "lnf_w": ("d",),
+        "lnf_b": ("d",),
+        "w_head": ("d", "vocab"),
+    },
     "lm_loss": {"logits": ("n", "vocab"), "targets": ("n",), "ignore_index": (), "loss": ()},
     "adamw_step": {"param": ("r", "c"), "grad": ("r", "c"), "m": ("r", "c"), "v": ("r", "c")},
 }
@@ -133,6 +145,7 @@ OPTIONS: dict[str, tuple[str, dict[str, str] | None]] = {
     "num_heads": ("an integer dividing d_model; each head is d_head = d_model / num_heads wide", None),
     "lr": ("the learning rate, a number", None),
     "epochs": ("an integer", None),
+    "steps": ("the number of AdamW steps, an integer >= 1", None),
     "frozen": (
         "names of parameters not to update (their gradients are still returned)",
         {"r": "character(0)", "julia": "String[]"},
@@ -244,6 +257,12 @@ NOTES: dict[str, str] = {
     "gpt_grads": (
         "loss = lm_loss(gpt_forward(tokens, params), targets, ignore_index); returns the loss and grads, a\n"
         "collection with every parameter's gradient (same names and shapes as params)."
+    ),
+    "gpt_train": (
+        "steps AdamW steps on the same batch: each step gpt_grads' loss and gradients, then adamw_step on\n"
+        "every parameter (step t = 1, 2, ...; m and v start at 0 and are carried; the decay on every\n"
+        "parameter; Adam's eps 1e-8, eps being the norms'). Returns losses (each step's, before its update)\n"
+        "and params (the final ones); lr absent: 1e-3."
     ),
     "lm_loss": (
         "Next-token cross-entropy: the mean over counted positions of logsumexp(logits_i) - logits_i[targets_i];\n"

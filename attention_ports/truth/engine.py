@@ -53,11 +53,12 @@ from attention_ports.truth import (
     rounding,
     transformer,
     transformer_grads,
+    transformer_train,
 )
 from attention_ports.truth.exact import BOUND_PREC, InputError, Out
 
 # the family modules, imported for their registrations
-FAMILIES = (activations, losses, norms, optim, positions, transformer, transformer_grads)
+FAMILIES = (activations, losses, norms, optim, positions, transformer, transformer_grads, transformer_train)
 LIBRARY = "python-flint"
 METHOD = "arb ball arithmetic, certified round-to-nearest"
 MAX_PREC = 1 << 16

@@ -148,13 +148,14 @@ def moment_error(b: arb, old: arb, new_term: arb, result: arb, roundings: int) -
     )
 
 
-def element_errors(p: arb, m_new: arb, v_new: arb, e_m: arb, e_v: arb, q: arb, d: arb, s: arb, k: arb, o) -> arb:
-    """``E_P`` of one element from the exact intermediates and the moments' errors (the module's rule)."""
+def denominator_error(v_new: arb, e_v: arb, q: arb, d: arb, kappa2: arb) -> arb:
+    """``E_D``, the bound of the computed ``sqrt(V / c2) + eps`` (the module's rule); raises
+    ``bounds.BoundError`` where V is within its relative rounding error of 0."""
     u, g3 = bounds.U, bounds.gamma(3)
     if v_new == 0:
         e_d = u * d.abs_upper()
     else:
-        ratio = (e_v / v_new.abs_lower() + o["kappa2"]) / (1 - o["kappa2"])
+        ratio = (e_v / v_new.abs_lower() + kappa2) / (1 - kappa2)
         if not (ratio < bounds.MAX_FIRST_ORDER):
             raise bounds.BoundError(
                 f"v / (1 - beta2^t) is within {ratio.upper()} relative of its rounding error: "
@@ -164,7 +165,12 @@ def element_errors(p: arb, m_new: arb, v_new: arb, e_m: arb, e_v: arb, q: arb, d
         theta = sigma + g3 * (1 + sigma)
         qa = q.abs_upper()
         e_d = theta * qa + u * (d.abs_upper() + theta * qa)
-    e_d = e_d + 3 * bounds.op_tiny()  # a storage tier's subnormals: sqrt, the division, + eps
+    return e_d + 3 * bounds.op_tiny()  # a storage tier's subnormals: sqrt, the division, + eps
+
+
+def step_error(p: arb, m_new: arb, e_m: arb, d: arb, e_d: arb, s: arb, k: arb, o) -> arb:
+    """``E_P`` of one element from the moment's error ``e_m`` and the denominator's ``e_d``."""
+    u = bounds.U
     delta = e_d / d.abs_lower()
     if not (delta < bounds.MAX_FIRST_ORDER):
         raise bounds.BoundError(f"sqrt(v_hat) + eps is within {delta.upper()} relative of its rounding error")
@@ -181,6 +187,11 @@ def element_errors(p: arb, m_new: arb, v_new: arb, e_m: arb, e_v: arb, q: arb, d
         + u * (p * k - s).abs_upper()
         + 4 * bounds.op_tiny()
     )
+
+
+def element_errors(p: arb, m_new: arb, v_new: arb, e_m: arb, e_v: arb, q: arb, d: arb, s: arb, k: arb, o) -> arb:
+    """``E_P`` of one element from the exact intermediates and the moments' errors (the module's rule)."""
+    return step_error(p, m_new, e_m, d, denominator_error(v_new, e_v, q, d, o["kappa2"]), s, k, o)
 
 
 def adamw_step(g: Graph, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> dict[str, Out]:

@@ -222,7 +222,34 @@ class NormNode:
 
 def norm_node(g: Graph, x: T, w: T, b: T, eps: arb) -> NormNode:
     """A layer norm whose output a storage tier stores (module docstring, "At a storage tier")."""
-    return NormNode(enclose(x), stored(g, norms.layer_norm_t(g, x, _entries(w), _entries(b), eps)), eps, g.track)
+    if g.track and (w.e is not None or b.e is not None):
+        out = _norm_carrying_params(g, x, w, b, eps)
+    else:
+        out = norms.layer_norm_t(g, x, _entries(w), _entries(b), eps)
+    return NormNode(enclose(x), stored(g, out), eps, g.track)
+
+
+def _norm_carrying_params(g: Graph, x: T, w: T, b: T, eps: arb) -> T:
+    """A layer norm whose gain and bias carry error bounds e_w, e_b (gpt_train's parameters after a
+    step). A correct implementation computes ``fl(yhat' w' + b')`` with ``|yhat' - yhat| <= e_y``
+    (the norm's own rule), ``|w' - w| <= e_w``, ``|b' - b| <= e_b``, so it is off by at most
+    ``norms.affine_error`` at the balls ``w +/- e_w``, ``b +/- e_b`` (the rounding, charged at
+    their upper ends, and ``|w'| e_y``) plus ``|yhat| e_w + e_b``."""
+    bare = norms.layer_norm_t(g, x, None, None, eps)  # yhat and its bound e_y
+    n_rows, d = bare.shape
+    wv, bv = _entries(w), _entries(b)
+    wb, bb = enclose(w).entries(), enclose(b).entries()
+    zero = [am.ZERO] * d
+    ew = zero if w.e is None else w.e.entries()
+    eb = zero if b.e is None else b.e.entries()
+    ys, es = bare.v.entries(), bare.e.entries()
+    values, errors = [], []
+    for i in range(n_rows):
+        y, e_y = ys[i * d : (i + 1) * d], es[i * d : (i + 1) * d]
+        values.extend(yj * wj + bj for yj, wj, bj in zip(y, wv, bv, strict=True))
+        rounding = norms.affine_error(y, e_y, wb, bb)
+        errors.extend(r + yj.abs_upper() * a + c for r, yj, a, c in zip(rounding, y, ew, eb, strict=True))
+    return T(am.build(n_rows, d, values), am.build(n_rows, d, errors))
 
 
 @dataclass
@@ -236,6 +263,7 @@ class AttentionNodes:
     heads: exact.Heads
     out: T
     jac: arb_mat | None = None  # |J| of the sublayer over its input's balls (``through``)
+    key_shift: arb_mat | None = None  # b_k's carried error bound, kept out of k (``keys_carrying_shift``)
 
 
 @dataclass
@@ -252,12 +280,38 @@ class FfnNodes:
 def attention_nodes(g: Graph, x: T, p: Mapping[str, T], h: int, eps: arb) -> AttentionNodes:
     """``x + attn(ln_1(x))``: causal multi-head attention with the output projection."""
     ln = norm_node(g, x, p["ln1_w"], p["ln1_b"], eps)
-    q, k, v = (stored(g, projection(g, ln.out, p[f"w_{s}"], p[f"b_{s}"])) for s in "qkv")
+    q, v = (stored(g, projection(g, ln.out, p[f"w_{s}"], p[f"b_{s}"])) for s in "qv")
+    shift = p["b_k"].e if g.track else None
+    k = (
+        projection(g, ln.out, p["w_k"], p["b_k"])
+        if shift is None
+        else keys_carrying_shift(g, ln.out, p["w_k"], p["b_k"])
+    )
+    k = stored(g, k)
     # at a storage tier the weights are stored before V (bounds.weighted_values), then each head's output
     heads = exact.attend_heads(g, q, k, v, h, causal_mask(x.shape[0]))
     heads.concat = stored(g, heads.concat)
     out = stored(g, residual(g, x, stored(g, projection(g, heads.concat, p["w_o"], p["b_o"]))))
-    return AttentionNodes(ln, q, k, v, heads, out)
+    return AttentionNodes(ln, q, k, v, heads, out, key_shift=shift)
+
+
+def keys_carrying_shift(g: Graph, a: T, w_k: T, b_k: T) -> T:
+    """``k = a W_k + b_k`` where b_k carries an error bound delta (gpt_train's parameters after a
+    step). A correct implementation holds ``b_k' = b_k + d``, ``|d| <= delta``, and computes
+    ``k' = K + 1 d^T`` with K within the affine rule's bound (charged at the magnitudes of the ball
+    ``b_k +/- delta``) of ``a W_k + b_k``: every key shifted by one vector d, which adds ``q_i . d``
+    to every score of row i, a shift the softmax ignores exactly (the loss does not depend on
+    b_k). So d is kept out of k's error: only what its size adds to the roundings is, ``gamma(d +
+    SCORE_EXTRA + 4) delta`` on k (the scores' products and scale at magnitudes grown by
+    ``|q| delta``, and a log-domain normaliser's rounding at ``|lse| + |q . d|``, each at most that
+    times |q|, which the scores' rule meets as an error of k). Its one other reader, the backward's
+    ``dq = s dS k'``, adds ``s (dS 1) d^T`` (``transformer_grads.attention_back``)."""
+    widened = T(b_k.v)
+    widened.__dict__["abs"] = am.eabs(ball(b_k))  # the roundings at the magnitudes b_k' may have
+    k = projection(g, a, w_k, widened)
+    assert k.e is not None and b_k.e is not None
+    pad = bounds.gamma(a.shape[1] + bounds.SCORE_EXTRA + 4) * b_k.e
+    return T(k.v, k.e + am.bcast_rows(pad, k.shape[0]))
 
 
 def ffn_nodes(g: Graph, x: T, p: Mapping[str, T], eps: arb, form: str) -> FfnNodes:
@@ -580,11 +634,20 @@ def _tokens(inputs: Mapping[str, np.ndarray], vocab: int, n_ctx: int) -> list[in
     return ids
 
 
-def embed(g: Graph, ids: list[int], wte: np.ndarray, wpe: np.ndarray) -> T:
-    """``wte[t_i] + wpe[i]``: an exact gather, one rounding for the sum (``u |x|``)."""
+def embed(g: Graph, ids: list[int], wte: T, wpe: T) -> T:
+    """``wte[t_i] + wpe[i]``: an exact gather, one rounding for the sum (``u |x|``); tables that
+    carry error bounds (gpt_train's, after a step) add theirs: ``e + u (|x| + e)``."""
     n, d = len(ids), wte.shape[1]
-    v = am.build(n, d, [arb(float(wte[t, j])) + arb(float(wpe[i, j])) for i, t in enumerate(ids) for j in range(d)])
-    return stored(g, T(v, bounds.U * am.eabs(v) if g.track else None))
+    tv, pv = wte.v.entries(), wpe.v.entries()
+    v = am.build(n, d, [tv[t * d + j] + pv[i * d + j] for i, t in enumerate(ids) for j in range(d)])
+    if not g.track:
+        return T(v)
+    if wte.e is None and wpe.e is None:
+        return stored(g, T(v, bounds.U * am.eabs(v)))
+    te = wte.e.entries() if wte.e is not None else [am.ZERO] * len(tv)
+    pe = wpe.e.entries() if wpe.e is not None else [am.ZERO] * len(pv)
+    carried = am.build(n, d, [te[t * d + j] + pe[i * d + j] for i, t in enumerate(ids) for j in range(d)])
+    return stored(g, T(v, carried + bounds.U * (am.eabs(v) + carried)))
 
 
 @dataclass
@@ -592,8 +655,8 @@ class GptInputs:
     """gpt_forward's inputs, validated: token ids, tables, heads, options, blocks, final norm, head."""
 
     ids: list[int]
-    wte: np.ndarray
-    wpe: np.ndarray
+    wte: T  # (vocab x d)
+    wpe: T  # (n_ctx x d)
     h: int
     eps: arb
     form: str
@@ -617,7 +680,9 @@ def gpt_inputs(inputs: Mapping[str, np.ndarray], options: Mapping[str, Any], op:
     w_head = exact._f64(inputs, "params.w_head", 2)
     if w_head.shape != (d, vocab):
         raise InputError(f"params.w_head must have shape (d, vocab) = {(d, vocab)}; got {w_head.shape}")
-    return GptInputs(ids, wte, wpe, h, eps, form, blocks, lnf_w, lnf_b, exact._exact(w_head))
+    return GptInputs(
+        ids, exact._exact(wte), exact._exact(wpe), h, eps, form, blocks, lnf_w, lnf_b, exact._exact(w_head)
+    )
 
 
 @dataclass

@@ -130,6 +130,7 @@ relative size: docs/truth-and-bounds.md, "gpt_grads".
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -167,6 +168,9 @@ class Pair:
     # an entering gradient's error as its sources: ``delta = sum_j t_j cols[j]``, ``|t_j| <= 1``
     # (``sources``); b is then the box ``[-sum_j |cols[j]|, +sum_j |cols[j]|]``
     cols: list[arb_mat] | None = None
+    # a bound of the computed value's magnitude where its exact value is 0 (grads.b_k's noise rule,
+    # gpt_train's): the enclosure is capped by it (``_stage``)
+    cap: arb_mat | None = None
 
     def map(self, f: Callable[[arb_mat], arb_mat]) -> Pair:
         return Pair(f(self.a), None if self.b is None else f(self.b))
@@ -196,6 +200,9 @@ class Back:
     # what a stage's runs read from its forward nodes (a layer norm's stats, gelu'), computed once
     # per Back: ``_images`` runs one stage many times on the same nodes
     memo: dict[tuple[str, int], Any] = field(default_factory=dict)
+    # grads.b_k bounded as rounding noise too (``b_k_noise``): gpt_train's, whose Adam step
+    # divides that gradient by eps; gpt_grads' own bound is left as it is (issue 18)
+    b_k_noise: bool = False
 
     def once(self, kind: str, node: object, make: Callable[[], Any]) -> Any:
         key = (kind, id(node))
@@ -211,6 +218,11 @@ class Back:
     def node(self, t: T) -> arb_mat:
         """A forward node as the backward reads it: its enclosure (``enclose``)."""
         return self.once("node", t, lambda: enclose(t))
+
+    def param(self, t: T) -> arb_mat:
+        """A parameter as the backward reads it: its value, or, where it carries an error bound
+        (gpt_train's parameters after a step), its enclosure, a node like any other (``node``)."""
+        return self.node(t)
 
     def charge(self, y: Pair, rad: Callable[[], arb_mat]) -> Pair:
         if self.track:
@@ -298,7 +310,7 @@ def layer_norm_back(bk: Back, node: NormNode, dy: Pair, w: T) -> tuple[Pair, Pai
     yhat = am.build(n_rows, n, [y for row in yhat_rows for y in row])
     d_w = bk.colsum(dy.map(lambda z: am.emul(z, yhat)), extra=1)
     d_b = bk.colsum(dy)
-    g = dy.map(lambda z: am.emul(z, am.bcast_rows(w.v, n_rows)))
+    g = dy.map(lambda z: am.emul(z, am.bcast_rows(bk.param(w), n_rows)))
 
     def dx_of(gm: arb_mat) -> arb_mat:
         out: list[arb] = []
@@ -385,13 +397,16 @@ def _centred(bk: Back, m: arb_mat, rows: bool) -> arb_mat:
     return am.build(r, c, [e[i * c + j] - e[i * c] for i in range(r) for j in range(c)])
 
 
-def attention_back(bk: Back, att: transformer.AttentionNodes, d_cat: Pair, h: int) -> tuple[Pair, Pair, Pair]:
-    """(dq, dk, dv) of causal multi-head attention, from the gradient of the heads' concatenation."""
+def attention_back(
+    bk: Back, att: transformer.AttentionNodes, d_cat: Pair, h: int
+) -> tuple[Pair, Pair, Pair, arb_mat | None]:
+    """(dq, dk, dv) of causal multi-head attention, from the gradient of the heads' concatenation,
+    and (``bk.b_k_noise``) the bound ``b_k_noise`` of the computed grads.b_k."""
     d = d_cat.a.ncols()
     dh = d // h
     s = arb(dh).rsqrt()
     q, k, v = bk.node(att.q), bk.node(att.k), bk.node(att.v)
-    dqs, dks, dvs = [], [], []
+    dqs, dks, dvs, noise = [], [], [], []
     for i in range(h):
         lo, hi = i * dh, (i + 1) * dh
         a = bk.node(att.heads.weights[i])
@@ -400,9 +415,73 @@ def attention_back(bk: Back, att: transformer.AttentionNodes, d_cat: Pair, h: in
         d_a = bk.mm(dz, _t(_centred(bk, vi, rows=True)))
         dvs.append(bk.lmm(_t(a), dz))
         ds = softmax_back(bk, a, d_a, dz, vi)
-        dqs.append(bk.mm(ds, _centred(bk, ki, rows=True), bounds.SCORE_EXTRA).map(lambda m: m * s))
+        dq = bk.mm(ds, _centred(bk, ki, rows=True), bounds.SCORE_EXTRA).map(lambda m: m * s)
+        if att.key_shift is not None and bk.track:
+            dq = _key_shift(dq, ds, am.take_cols(att.key_shift, lo, hi), s)
+        dqs.append(dq)
         dks.append(bk.mm(ds.map(_t), qi, bounds.SCORE_EXTRA).map(lambda m: m * s))
-    return hcat(dqs), hcat(dks), hcat(dvs)
+        if bk.b_k_noise and bk.track:
+            shift = None if att.key_shift is None else am.take_cols(att.key_shift, lo, hi)
+            noise.append(b_k_noise(a, d_a, dz, vi, qi, ki, ds, dks[-1], s, shift))
+    return hcat(dqs), hcat(dks), hcat(dvs), (am.hcat(noise) if noise else None)
+
+
+def b_k_noise(
+    a: arb_mat,
+    d_a: Pair,
+    dz: Pair,
+    v: arb_mat,
+    q: arb_mat,
+    k: arb_mat,
+    ds: Pair,
+    dk: Pair,
+    s: arb,
+    shift: arb_mat | None,
+) -> arb_mat:
+    """One head's bound on the computed ``grads.b_k = colsum(dk')`` (1 x d_head), whose exact value
+    is 0: ``colsum(dk') = s sum_j (rowsum_j dS') q'_j`` plus the products' and the column sum's
+    roundings, and a computed dS' has rows that sum to rounding noise, whatever the accuracy of the
+    weights A' it is made from, as long as one A' serves the row sum and the product: ``sum_i
+    A'_ji (dA'_ji - r'_j) = (sum_i A'_ji dA'_ji - r'_j) + r'_j (1 - sum_i A'_ji)``, the first the row
+    sum's and the entries' roundings (or a flash kernel's ``rowsum(dz * z)``: ``softmax_back``'s
+    terms, summed over the row), the second the softmax's normalisation, ``|1 - sum A'| <=
+    softmax_eps(n) + C_LSE u |lse|`` (the softmax rule's unnormalised error, |lse| <= max |score| +
+    log n, the scores grown by a key shift's ``|q| delta``). Magnitudes: the enclosures' upper ends."""
+    n = a.ncols()
+    aa, daa, qa, s_up = am.eabs(a), d_a.mag(), am.eabs(q), s.abs_upper()
+    r = am.rowsum(am.emul(aa, daa))  # |r_j| <= sum_i |A_ji| |dA_ji|   (n x 1)
+    mass = am.rowsum(aa)
+    flash = am.rowsum(am.emul(dz.mag(), aa * am.eabs(v)))
+    scores = (qa * am.eabs(k).transpose()) * s_up
+    grown = (qa * shift.transpose()) * s_up if shift is not None else None
+    rows: list[arb] = []
+    for j, (row, rj, mj, fj) in enumerate(
+        zip(am.rows_of(scores), r.entries(), mass.entries(), flash.entries(), strict=True)
+    ):
+        lse = functools.reduce(lambda x, y: x.max(y), (x.abs_upper() for x in row[: j + 1])) + arb(n).log()
+        if grown is not None:
+            lse = lse + grown.entries()[j]
+        eps_j = bounds.softmax_eps(n) + bounds.C_LSE * bounds.U * lse
+        rows.append(
+            bounds.gamma(n + SOFTMAX_BACK) * (rj + rj * mj) + bounds.gamma(n + dz.a.ncols() + 2) * fj * mj + rj * eps_j
+        )
+    row_sums = am.build(1, n, rows)
+    return (
+        (row_sums * qa) * s_up
+        + bounds.gamma(n + bounds.SCORE_EXTRA) * s_up * (am.colsum(ds.mag()) * qa)
+        + bounds.gamma(n) * am.colsum(dk.mag())
+    )
+
+
+def _key_shift(dq: Pair, ds: Pair, delta: arb_mat, s: arb) -> Pair:
+    """gpt_train's parameter plumbing: keys shifted by ``d``, ``|d| <= delta`` (b_k's carried
+    error, kept out of k: ``transformer.keys_carrying_shift``) add ``s (dS' 1) d^T`` to ``dq = s dS'
+    k'``, and the product's rounding ``gamma(n) |dS'| |d|``. The rows of dS sum to 0 exactly, those
+    of the computed dS' to no more than the enclosure's row sums."""
+    n = ds.a.ncols()
+    rows = am.eabs(am.rowsum(ds.enclosure())) + bounds.gamma(n) * am.rowsum(ds.mag())
+    dq.a = widen(dq.a, (rows * delta) * s)
+    return dq
 
 
 # -------------------------------------------------------------------- the nodes the backward reads
@@ -458,6 +537,7 @@ def _attention_narrowed(
         heads,
         att.out,
         att.jac,
+        att.key_shift,
     )
 
 
@@ -502,9 +582,10 @@ class Step:
     grads: dict[str, list[arb_mat]]  # per parameter: one matrix, or one per block
 
 
-def _step(g: Graph, gi: transformer.GptInputs, targets: list[int], counted: list[int]) -> Step:
-    """The forward and backward on ``g``: exact values, or (``g.track``) enclosures."""
-    bk = Back(g.track)
+def _step(g: Graph, gi: transformer.GptInputs, targets: list[int], counted: list[int], b_k_noise: bool = False) -> Step:
+    """The forward and backward on ``g``: exact values, or (``g.track``) enclosures; ``b_k_noise``:
+    grads.b_k's enclosure narrowed by its noise rule (``Back.b_k_noise``)."""
+    bk = Back(g.track, b_k_noise=b_k_noise)
     fw = transformer.gpt_nodes(g, gi)
     if g.track:
         fw = _narrowed_nodes(fw, gi)
@@ -560,12 +641,23 @@ def _stage(bk: Back, stage: Stage, entered: Pair) -> tuple[Pair, dict[str, arb_m
         return out, {name: g.a for name, g in grads.items()}
     if entered.cols is None:  # the box alone (``restart``): the interval image
         assert out.b is not None
-        return restart(widen(out.a, am.eabs(out.b))), {name: g.enclosure() for name, g in grads.items()}
+        return restart(widen(out.a, am.eabs(out.b))), {name: _capped(g, g.enclosure()) for name, g in grads.items()}
     images, outs = _images(stage, entered.cols, am.shape(out.a))
-    enclosed = {name: widen(g.a, _least(am.eabs(g.b), images[name])) for name, g in grads.items()}
+    enclosed = {name: _capped(g, widen(g.a, _least(am.eabs(g.b), images[name]))) for name, g in grads.items()}
     mid, rad = _split(out.a)  # the a-run's own width: the roundings and the nodes' widths
     kept, merged = _kept(outs, am.shape(rad))
     return sources(mid, kept + _units(rad + merged)), enclosed
+
+
+def _capped(g: Pair, enclosure: arb_mat) -> arb_mat:
+    """A gradient whose exact value is 0 and whose computed value is within ``g.cap``: the ball at 0
+    of the smaller radius (grads.b_k under ``Back.b_k_noise``); else the enclosure."""
+    if g.cap is None:
+        return enclosure
+    return am.build(
+        *am.shape(enclosure),
+        [arb(0, x.abs_upper().min(y)) for x, y in zip(enclosure.entries(), g.cap.entries(), strict=True)],
+    )
 
 
 # Sources carried exactly from one stage to the next, at most: the largest images; the others are
@@ -613,7 +705,7 @@ def _head_stage(bk: Back, head: transformer.HeadNodes, gi: transformer.GptInputs
     """The LM head and the final layer norm."""
     g = {"w_head": bk.lmm(_t(bk.node(head.ln.out)), dz)}
     dx, g["lnf_w"], g["lnf_b"] = layer_norm_back(
-        bk, head.ln, bk.mm(dz, _t(_centred(bk, gi.head.v, rows=False))), gi.lnf_w
+        bk, head.ln, bk.mm(dz, _t(_centred(bk, bk.param(gi.head), rows=False))), gi.lnf_w
     )
     return dx, g
 
@@ -621,10 +713,10 @@ def _head_stage(bk: Back, head: transformer.HeadNodes, gi: transformer.GptInputs
 def _ffn_stage(bk: Back, ffn: transformer.FfnNodes, p: Mapping[str, T], form: str, dy: Pair) -> tuple[Pair, dict]:
     """``y = x + ffn(ln_2(x))``: dx and the feed-forward's and ln_2's gradients."""
     gb = {"w_2": bk.lmm(_t(bk.node(ffn.act)), dy), "b_2": bk.colsum(dy)}
-    d_hidden = gelu_back(bk, ffn.hidden, bk.mm(dy, _t(p["w_2"].v)), form)
+    d_hidden = gelu_back(bk, ffn.hidden, bk.mm(dy, _t(bk.param(p["w_2"]))), form)
     gb["w_1"] = bk.lmm(_t(bk.node(ffn.ln.out)), d_hidden)
     gb["b_1"] = bk.colsum(d_hidden)
-    d_m, gb["ln2_w"], gb["ln2_b"] = layer_norm_back(bk, ffn.ln, bk.mm(d_hidden, _t(p["w_1"].v)), p["ln2_w"])
+    d_m, gb["ln2_w"], gb["ln2_b"] = layer_norm_back(bk, ffn.ln, bk.mm(d_hidden, _t(bk.param(p["w_1"]))), p["ln2_w"])
     return bk.add(dy, d_m), gb
 
 
@@ -633,14 +725,16 @@ def _attention_stage(
 ) -> tuple[Pair, dict]:
     """``y = x + attn(ln_1(x))``: dx and the attention's and ln_1's gradients."""
     gb = {"w_o": bk.lmm(_t(bk.node(att.heads.concat)), dy), "b_o": bk.colsum(dy)}
-    dq, dk, dv = attention_back(bk, att, bk.mm(dy, _t(p["w_o"].v)), h)
+    dq, dk, dv, noise = attention_back(bk, att, bk.mm(dy, _t(bk.param(p["w_o"]))), h)
     a = _t(bk.node(att.ln.out))
     for name, dproj in (("q", dq), ("k", dk), ("v", dv)):
         gb[f"w_{name}"] = bk.lmm(a, dproj)
         gb[f"b_{name}"] = bk.colsum(dproj)
+    if noise is not None:  # the exact value is 0: the computed one within the noise bound (_stage)
+        gb["b_k"].cap = noise
     if bk.exact_values:  # exactly 0: the rows of dS sum to 0 (module docstring)
         gb["b_k"] = Pair(am.zeros(*am.shape(gb["b_k"].a)))
-    d_a = bk.mm_sum([(dq, _t(p["w_q"].v)), (dk, _t(p["w_k"].v)), (dv, _t(p["w_v"].v))])
+    d_a = bk.mm_sum([(dq, _t(bk.param(p["w_q"]))), (dk, _t(bk.param(p["w_k"]))), (dv, _t(bk.param(p["w_v"])))])
     d_x, gb["ln1_w"], gb["ln1_b"] = layer_norm_back(bk, att.ln, d_a, p["ln1_w"])
     return bk.add(dy, d_x), gb
 

@@ -133,8 +133,9 @@ def test_materialised_mutant_is_one_edit_of_the_whole_port(mutants: list[mutatio
 
 
 # The R port's block and model: built on its scaled dot-product attention and projections.
-# the block's attention and norms are reached from the model, and from its gradient's forward
-_R_TRANSFORMER = {"decoder_block", "gpt_forward", "gpt_grads"}
+# the block's attention and norms are reached from the model, from its gradient's forward and from
+# the training loop that calls the gradient
+_R_TRANSFORMER = {"decoder_block", "gpt_forward", "gpt_grads", "gpt_train"}
 
 
 @pytest.mark.parametrize(
@@ -162,14 +163,18 @@ _R_TRANSFORMER = {"decoder_block", "gpt_forward", "gpt_grads"}
                 "decoder_block",
                 "gpt_forward",
                 "gpt_grads",
+                "gpt_train",
             },
         ),
         ("j_clf_pool_sum", {"classifier_forward", "classifier_step", "classifier_train"}),
         ("j_clf_mean_over_all_rows", {"classifier_train"}),
         # the loss has its own log-sum-exp: no softmax mutant reaches it; the gradient's loss is lm_loss
-        ("r_lm_no_max", {"lm_loss", "gpt_grads"}),
-        ("j_lm_ignore_dropped", {"lm_loss", "gpt_grads"}),
-        ("j_gg_no_count", {"gpt_grads"}),  # the backward is its own: no forward operation calls it
+        ("r_lm_no_max", {"lm_loss", "gpt_grads", "gpt_train"}),
+        ("j_lm_ignore_dropped", {"lm_loss", "gpt_grads", "gpt_train"}),
+        ("j_gg_no_count", {"gpt_grads", "gpt_train"}),  # the backward is its own: only the training loop calls it
+        # the training loop calls adamw_step; its own edits reach it alone
+        ("r_adamw_no_bias_correction", {"adamw_step", "gpt_train"}),
+        ("j_gt_moments_not_carried", {"gpt_train"}),
     ],
 )
 def test_reachability_follows_the_call_graph(mutants: list[mutation.Mutant], mutant_id: str, reaches: set[str]) -> None:

@@ -42,12 +42,19 @@ def test_every_output_has_a_finite_non_negative_bound_of_its_shape() -> None:
         assert np.all(exp.bound[finite] > 0), (case_id, name)  # zero is never demanded exactly
 
 
+# gpt_train's b_k, whose gradient is exactly 0 and computed as rounding noise that Adam divides by
+# eps = 1e-8: correct implementations' b_k differ by up to lr times that noise / eps, and the bound
+# (lr times the noise rule's bound / eps) allows it: it catches 1e-7 (gpt_train_tanh_plain_adam, lr
+# 0.02) to 4e-10 relative. Every other output of gpt_train is held to the requirement.
+LOOSE_BY_NATURE = {("gpt_train", "params.b_k"): 1e-7}
+
+
 def test_a_1e_minus_9_relative_error_fails_every_non_degenerate_output() -> None:
     checked = 0
     for case_id, name, exp in ALL:
         if not np.any(np.isfinite(exp.array) & (exp.array != 0)):
             continue  # degenerate: all zero or NaN (a zero gradient, a fully masked row)
-        r = 1e-9
+        r = LOOSE_BY_NATURE.get((CASES[case_id]["op"], name), 1e-9)
         res = compare(exp.array, exp.array * (1 + r), exp.bound)
         assert not res.ok, f"{case_id}.{name}: a {r:g} relative error passes every element"
         checked += 1
@@ -88,13 +95,18 @@ def test_a_3e_minus_10_relative_error_fails_every_non_degenerate_output() -> Non
     # attention weights (~1e3 wider than correct implementations' errors) is carried into the
     # backward as those nodes' widths (truth/transformer_grads.py, "What is left loose"); correct
     # implementations use at most 2.5e-4 of the backward's bound.
-    held_to_requirement = {("gpt_near_constant_embeddings", "logits")} | {
-        ("gpt_grads_two_blocks", f"grads.{n}") for n in ("ln1_w", "ln1_b", "w_q", "b_q", "w_k", "b_v", "wte", "wpe")
-    }
+    # And gpt_train_one_token_decay's b_q: on one token the q and k gradients are exactly 0 (dS = 0),
+    # computed as rounding noise by a flash kernel, which Adam divides by eps over three steps; its
+    # bound catches 3.6e-10. gpt_train's b_k is held to its own level (LOOSE_BY_NATURE, above).
+    held_to_requirement = {
+        ("gpt_near_constant_embeddings", "logits"),
+        ("gpt_train_one_token_decay", "params.b_q"),
+    } | {("gpt_grads_two_blocks", f"grads.{n}") for n in ("ln1_w", "ln1_b", "w_q", "b_q", "w_k", "b_v", "wte", "wpe")}
     for case_id, name, exp in ALL:
         if not np.any(np.isfinite(exp.array) & (exp.array != 0)):
             continue
         r = 1e-9 if (case_id, name) in held_to_requirement else 3e-10
+        r = LOOSE_BY_NATURE.get((CASES[case_id]["op"], name), r)
         res = compare(exp.array, exp.array * (1 + r), exp.bound)
         assert not res.ok, f"{case_id}.{name}: a {r:g} relative error passes every element"
 

@@ -1,7 +1,8 @@
 # Native tests of our Julia port (ports/julia/src/*.jl; the classifier's, the norms', gelu's, the
-# position operations', lm_loss's, the transformer's, its gradient's and adamw_step's test sets are in
+# position operations', lm_loss's, the transformer's, its gradient's, adamw_step's and gpt_train's test sets are in
 # classifier_tests.jl, norms_tests.jl, activations_tests.jl, positions_tests.jl, losses_tests.jl,
-# transformer_tests.jl, transformer_grads_tests.jl and optim_tests.jl), standard library only.
+# transformer_tests.jl, transformer_grads_tests.jl, optim_tests.jl and transformer_train_tests.jl),
+# standard library only.
 #
 #   julia ports/julia/test/runtests.jl
 #
@@ -21,6 +22,7 @@ include(joinpath(@__DIR__, "..", "src", "losses.jl"))
 include(joinpath(@__DIR__, "..", "src", "transformer.jl"))
 include(joinpath(@__DIR__, "..", "src", "optim.jl"))
 include(joinpath(@__DIR__, "..", "src", "transformer_grads.jl"))
+include(joinpath(@__DIR__, "..", "src", "transformer_train.jl"))
 
 # --- independent loop implementations ------------------------------------------------------------
 function naive_softmax_column(s::AbstractVector)
@@ -173,6 +175,7 @@ try
     include(joinpath(@__DIR__, "transformer_tests.jl"))
     include(joinpath(@__DIR__, "transformer_grads_tests.jl"))
     include(joinpath(@__DIR__, "optim_tests.jl"))
+    include(joinpath(@__DIR__, "transformer_train_tests.jl"))
 finally
     Test.pop_testset()
 end

@@ -359,6 +359,51 @@ function gpt_grads(tokens, targets, params, num_heads; ignore_index = nothing, e
     error("gpt_grads is not written yet")
 end
 
+# gpt_train(tokens, targets, params, num_heads, steps; ignore_index = nothing, eps = nothing, approximate = "none", lr = nothing, beta1 = nothing, beta2 = nothing, weight_decay = nothing)
+# steps AdamW steps on the same batch: each step gpt_grads' loss and gradients, then adamw_step on
+# every parameter (step t = 1, 2, ...; m and v start at 0 and are carried; the decay on every
+# parameter; Adam's eps 1e-8, eps being the norms'). Returns losses (each step's, before its update)
+# and params (the final ones); lr absent: 1e-3.
+#   tokens           vector, length n; 1-based index (a class or token id)
+#   targets          vector, length n; 1-based index (a class or token id)
+#   params           NamedTuple of wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head:
+#     params.wte     d x vocab; column t: token id t's embedding
+#     params.wpe     d x n_ctx; one token per column
+#     params.ln1_w   d x n_layer; a column per block
+#     params.ln1_b   d x n_layer; a column per block
+#     params.w_q     d x d x n_layer; block last, each slice applied as W * x
+#     params.b_q     d x n_layer; a column per block
+#     params.w_k     d x d x n_layer; block last, each slice applied as W * x
+#     params.b_k     d x n_layer; a column per block
+#     params.w_v     d x d x n_layer; block last, each slice applied as W * x
+#     params.b_v     d x n_layer; a column per block
+#     params.w_o     d x d x n_layer; block last, each slice applied as W * x
+#     params.b_o     d x n_layer; a column per block
+#     params.ln2_w   d x n_layer; a column per block
+#     params.ln2_b   d x n_layer; a column per block
+#     params.w_1     d_ff x d x n_layer; block last, each slice applied as W * x
+#     params.b_1     d_ff x n_layer; a column per block
+#     params.w_2     d x d_ff x n_layer; block last, each slice applied as W * x
+#     params.b_2     d x n_layer; a column per block
+#     params.lnf_w   vector, length d
+#     params.lnf_b   vector, length d
+#     params.w_head  vocab x d; applied as W * x
+#   num_heads        an integer dividing d_model; each head is d_head = d_model / num_heads wide
+#   steps            the number of AdamW steps, an integer >= 1
+#   ignore_index     an integer; 1-based index (a class or token id), or nothing
+#   eps              a number >= 0: a norm adds it inside the square root (nothing: 1e-5), adamw_step to it (nothing: 1e-8)
+#   approximate      "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+#   lr               the learning rate, a number
+#   beta1            the first moment's decay, 0.9 when nothing
+#   beta2            the second moment's decay, 0.999 when nothing
+#   weight_decay     decoupled weight decay, 0.01 when nothing (0: plain Adam)
+# returns (
+#   losses = <vector, length steps>,
+#   params = (wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head: each shaped like its parameter))
+function gpt_train(tokens, targets, params, num_heads, steps; ignore_index = nothing, eps = nothing, approximate = "none", lr = nothing, beta1 = nothing, beta2 = nothing, weight_decay = nothing)
+    error("gpt_train is not written yet")
+end
+
 # lm_loss(logits, targets; ignore_index = nothing)
 # Next-token cross-entropy: the mean over counted positions of logsumexp(logits_i) - logits_i[targets_i];
 # a position whose target equals ignore_index is not counted (none counted: NaN, 0/0 as torch).

@@ -360,6 +360,51 @@ gpt_grads <- function(tokens, targets, params, num_heads, ignore_index = NULL, e
   stop("gpt_grads is not written yet")
 }
 
+# gpt_train(tokens, targets, params, num_heads, steps, ignore_index = NULL, eps = NULL, approximate = "none", lr = NULL, beta1 = NULL, beta2 = NULL, weight_decay = NULL)
+# steps AdamW steps on the same batch: each step gpt_grads' loss and gradients, then adamw_step on
+# every parameter (step t = 1, 2, ...; m and v start at 0 and are carried; the decay on every
+# parameter; Adam's eps 1e-8, eps being the norms'). Returns losses (each step's, before its update)
+# and params (the final ones); lr absent: 1e-3.
+#   tokens           vector, length n; 1-based index (a class or token id)
+#   targets          vector, length n; 1-based index (a class or token id)
+#   params           named list of wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head:
+#     params$wte     vocab x d; row t: token id t's embedding
+#     params$wpe     n_ctx x d; one token per row
+#     params$ln1_w   n_layer x d; a row per block
+#     params$ln1_b   n_layer x d; a row per block
+#     params$w_q     n_layer x d x d; block first, each slice applied as x %*% W
+#     params$b_q     n_layer x d; a row per block
+#     params$w_k     n_layer x d x d; block first, each slice applied as x %*% W
+#     params$b_k     n_layer x d; a row per block
+#     params$w_v     n_layer x d x d; block first, each slice applied as x %*% W
+#     params$b_v     n_layer x d; a row per block
+#     params$w_o     n_layer x d x d; block first, each slice applied as x %*% W
+#     params$b_o     n_layer x d; a row per block
+#     params$ln2_w   n_layer x d; a row per block
+#     params$ln2_b   n_layer x d; a row per block
+#     params$w_1     n_layer x d x d_ff; block first, each slice applied as x %*% W
+#     params$b_1     n_layer x d_ff; a row per block
+#     params$w_2     n_layer x d_ff x d; block first, each slice applied as x %*% W
+#     params$b_2     n_layer x d; a row per block
+#     params$lnf_w   vector, length d
+#     params$lnf_b   vector, length d
+#     params$w_head  d x vocab; applied as x %*% W
+#   num_heads        an integer dividing d_model; each head is d_head = d_model / num_heads wide
+#   steps            the number of AdamW steps, an integer >= 1
+#   ignore_index     an integer; 1-based index (a class or token id), or NULL
+#   eps              a number >= 0: a norm adds it inside the square root (NULL: 1e-5), adamw_step to it (NULL: 1e-8)
+#   approximate      "none" (0.5 x (1 + erf(x / sqrt(2)))) or "tanh" (GPT-2's approximation), as torch
+#   lr               the learning rate, a number
+#   beta1            the first moment's decay, 0.9 when NULL
+#   beta2            the second moment's decay, 0.999 when NULL
+#   weight_decay     decoupled weight decay, 0.01 when NULL (0: plain Adam)
+# returns list(
+#   losses = <vector, length steps>,
+#   params = list(wte, wpe, ln1_w, ln1_b, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, ln2_w, ln2_b, w_1, b_1, w_2, b_2, lnf_w, lnf_b, w_head: each shaped like its parameter))
+gpt_train <- function(tokens, targets, params, num_heads, steps, ignore_index = NULL, eps = NULL, approximate = "none", lr = NULL, beta1 = NULL, beta2 = NULL, weight_decay = NULL) {
+  stop("gpt_train is not written yet")
+}
+
 # lm_loss(logits, targets, ignore_index = NULL)
 # Next-token cross-entropy: the mean over counted positions of logsumexp(logits_i) - logits_i[targets_i];
 # a position whose target equals ignore_index is not counted (none counted: NaN, 0/0 as torch).
