@@ -6,7 +6,9 @@ Why and how it is used: attention_ports/runtimes/julia/sysimage.py. The steps:
 
 1. trace: every catalogue case (and a few calls that raise, so error reporting is compiled too)
    runs through the Julia worker on the *stock* image with ``--trace-compile``, which lists every
-   method instance julia had to compile, and records each case's verdict;
+   method instance julia had to compile, and records each case's verdict; so does every case of
+   the float32 tier with the port run in Float32 (``verify --precision float32`` and the mutation
+   kit's float32 half: without them each Float32 worker compiled Base's Float32 methods afresh);
 2. build: ``julia -J STOCK --output-o sys.o scripts/julia_sysimage.jl WORKER PORT TRACE`` compiles
    those into a copy of the stock image (the slow step: ~2 CPU-minutes, about 3 minutes on a busy
    2-core machine);
@@ -78,22 +80,41 @@ def program_digests() -> dict[str, str]:
 
 
 # --- the catalogue through the worker -------------------------------------------------------------
-def catalogue_verdicts(julia_flags: tuple[str, ...], sysimage: str | Path) -> tuple[dict[str, str], float]:
-    """Every catalogue case on our Julia port: {case id: status}, and the seconds the run took."""
-    from attention_ports.core import paths
+# The precisions whose catalogue is traced: float64's, and the float32 tier (the mutation kit's).
+TRACED = ("float64", "float32")
+
+
+def catalogue_verdicts(trace: Path | None, sysimage: str | Path) -> tuple[dict[str, str], float]:
+    """Every case of each :data:`TRACED` precision on our Julia port run in that precision
+    ({"float64:case id": status, ...}), and the seconds the float64 run took (the figure meta.json
+    has always kept); ``trace``: where the compiled methods are listed (--trace-compile)."""
     from attention_ports.fixtures.store import iter_entries, load_case
     from attention_ports.judge.runner import judge
     from attention_ports.runtimes.julia.adapter import JuliaImplementation
+    from attention_ports.spec import precision as formats
 
-    cases = [load_case(paths.FIXTURES, e) for e in iter_entries(paths.FIXTURES)]
     verdicts: dict[str, str] = {}
-    start = time.perf_counter()
-    with JuliaImplementation(sysimage=sysimage, julia_flags=julia_flags) as impl:
-        for case in cases:
-            results = judge("julia", case, impl)
-            verdicts[case.id] = max((r.status for r in results), key=["pass", "missing", "fail", "error"].index)
-        seconds = time.perf_counter() - start
-        _error_paths(impl)
+    seconds = 0.0
+    parts = []
+    for fmt in TRACED:
+        fixtures = formats.fixtures_dir(fmt)
+        cases = [load_case(fixtures, e) for e in iter_entries(fixtures)]
+        part = trace.with_suffix(f".{fmt}.jl") if trace is not None else None  # one file per worker process
+        flags = (f"--trace-compile={part}",) if part is not None else ()
+        precision = None if fmt == formats.DEFAULT else fmt
+        start = time.perf_counter()
+        with JuliaImplementation(sysimage=sysimage, julia_flags=flags, precision=precision) as impl:
+            for case in cases:
+                results = judge("julia", case, impl)
+                worst = max((r.status for r in results), key=["pass", "missing", "fail", "error"].index)
+                verdicts[f"{fmt}:{case.id}"] = worst
+            if fmt == formats.DEFAULT:
+                seconds = time.perf_counter() - start
+                _error_paths(impl)
+        if part is not None:
+            parts.append(part.read_text())
+    if trace is not None:
+        trace.write_text("\n".join(parts))
     return verdicts, seconds
 
 
@@ -139,7 +160,7 @@ def build(julia: str, *, force: bool) -> Path:
         try:
             trace = work / "trace.jl"
             say(f"tracing the catalogue on {julia} {version} (stock image)")
-            stock_verdicts, stock_seconds = catalogue_verdicts((f"--trace-compile={trace}",), "stock")
+            stock_verdicts, stock_seconds = catalogue_verdicts(trace, "stock")
             statements = sum(1 for line in trace.read_text().splitlines() if line.startswith("precompile("))
             say(f"{statements} precompile statements; building the image (a few minutes)")
             obj = work / "sys.o"
@@ -151,7 +172,7 @@ def build(julia: str, *, force: bool) -> Path:
             image = work / jsi.IMAGE
             run([cc, "-shared", "-o", str(image), "-Wl,--whole-archive", str(obj), "-Wl,--no-whole-archive", libjulia])
             obj.unlink()
-            new_verdicts, new_seconds = catalogue_verdicts((), image)
+            new_verdicts, new_seconds = catalogue_verdicts(None, image)
             differ = sorted(c for c in stock_verdicts if new_verdicts.get(c) != stock_verdicts[c])
             if differ:
                 raise Skip(f"the new image changes the verdicts of {', '.join(differ[:5])}; not used")

@@ -30,29 +30,32 @@ settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if in_ci() else "dev")
 
 
-# Modules whose tests share a costly module-scoped fixture. --dist loadgroup deals the other tests
-# out one at a time, to whichever worker has just finished one, so consecutive tests of a module
-# land on both workers, and each worker built the fixture (a simulation of xdist's scheduler over
-# measured durations: the probes built twice in every run, the float32 kit in 96 of 100, the
-# float64 kit in 7). Grouped, each module runs on one worker; a group is dealt out before the
-# single tests, so these long ones start early rather than at the tail.
+# Module-scoped fixtures that are costly to build, by module. --dist loadgroup deals the other
+# tests out one at a time, to whichever worker has just finished one, so consecutive tests of a
+# module land on both workers, and each worker built the fixture (a simulation of xdist's scheduler
+# over measured durations: the probes built twice in every run, the float32 kit in 96 of 100, the
+# float64 kit in 7). Grouped, the tests sharing one fixture run on one worker; a group is dealt out
+# before the single tests, so these long ones start early rather than at the tail. One group per
+# fixture, not per module: the two mutation kits are independent, so they may run side by side.
 SHARED_MODULE_FIXTURES = {
-    "tests/fixtures/test_bytes.py": "the four CPU probes",
-    "tests/tools/test_mutation.py": "the mutation kit in float64 and in float32",
+    "tests/fixtures/test_bytes.py": {"probes": "the four CPU probes"},
+    "tests/tools/test_mutation.py": {"kit": "the mutation kit in float64", "kit32": "the mutation kit in float32"},
 }
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Under `pytest -n auto --dist loadgroup` (make test), the tests sharing the installed wheel run
     # on one worker, so it is built and installed once (~15 s), not once per worker; so do the
-    # tests of each module in SHARED_MODULE_FIXTURES.
+    # tests sharing each fixture of SHARED_MODULE_FIXTURES.
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
             module = item.nodeid.split("::", 1)[0]
-            if "installed_tool" in getattr(item, "fixturenames", ()):
+            fixtures = getattr(item, "fixturenames", ())
+            shared = [f for f in SHARED_MODULE_FIXTURES.get(module, {}) if f in fixtures]
+            if "installed_tool" in fixtures:
                 item.add_marker(pytest.mark.xdist_group(name="installed-tool"))
-            elif module in SHARED_MODULE_FIXTURES:
-                item.add_marker(pytest.mark.xdist_group(name=module))
+            elif shared:
+                item.add_marker(pytest.mark.xdist_group(name=f"{module}::{shared[0]}"))
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,10 @@ Bodies (``str`` is u32 byte count + UTF-8; counts are u32):
     request := 'C' str op, u32 n, n x (u8 mode, str name, value)   call op; mode 'p' positional,
                                                                     'k' by name (keyword)
              | 'Q'                                                  quit
+             | 'P' u32 n, n x str file                              load these files as the port, in
+                                                                    place of the current one (the R
+                                                                    worker; answered like a start:
+                                                                    'H' or 'L', or 'E' when it refuses)
     reply   := 'H' str description, str notes, value declaration   started; port loaded
              | 'L' str message                                      the port cannot be loaded
              | 'R' str notes, u32 n, n x (str name, array)          results ("" = a bare array)
@@ -205,6 +209,10 @@ def encode_quit(ident: int) -> list[Part]:
     return frame(REQUEST_MAGIC, ident, [b"Q"])
 
 
+def encode_load(ident: int, files: Sequence[str]) -> list[Part]:
+    return frame(REQUEST_MAGIC, ident, [b"P" + _U32.pack(len(files)) + b"".join(_str(f) for f in files)])
+
+
 # Reply bodies, for a worker written in Python (the R worker).
 def reply_hello(description: str, notes: str, declaration: Any) -> list[Part]:
     out: list[Part] = [b"H" + _str(description) + _str(notes)]
@@ -370,8 +378,9 @@ def decode_reply(body: bytes | bytearray | memoryview | np.ndarray) -> Reply:
 
 @dataclass
 class Request:
-    op: str  # "" for quit
+    op: str  # "" for quit and load
     args: list[Arg]
+    load: list[str] | None = None  # a load request's files
 
 
 def decode_request(body: bytes | bytearray | memoryview | np.ndarray) -> Request:
@@ -381,6 +390,10 @@ def decode_request(body: bytes | bytearray | memoryview | np.ndarray) -> Request
     if kind == b"Q":
         r.finish()
         return Request("", [])
+    if kind == b"P":
+        files = [r.str() for _ in range(r.u32())]
+        r.finish()
+        return Request("", [], files)
     if kind != b"C":
         raise ProtocolError(f"unknown request kind {kind!r}")
     op = r.str()

@@ -614,8 +614,12 @@ class Supervisor:
             out = output_section(proc.output.since(0))
             note = self._strike(f"malformed greeting: {exc}")
             raise ImplementationError(f"{self.name} worker sent a malformed greeting ({exc}){note}{out}") from None
+        self._accept_hello(proc, hello, 0)
+
+    def _accept_hello(self, proc: _Process, hello: Reply, mark: int) -> None:
+        """A worker's greeting, after a start or a load in place: the port loaded, or its load error."""
         proc.output.drain()
-        out = output_section(proc.output.since(0))
+        out = output_section(proc.output.since(mark))
         if hello.kind == "L":
             self.load_error = hello.message + out
         elif hello.kind != "H":
@@ -631,6 +635,54 @@ class Supervisor:
             self._discard()
             raise ImplementationError(self.load_error)
         self.hello = hello
+
+    def reload(self, argv: Sequence[str], port: str, files: Sequence[str]) -> Reply:
+        """Serve another port from now on (``argv`` starts its worker, ``port`` names it) and return
+        its greeting; raises like :meth:`start`. A running worker is asked to load ``files`` in place
+        of its port (a 'P' request, the R worker's: ~50 ms instead of a start's ~1 s); it refuses
+        when the previous port changed its session outside its own environment, and then, as when it
+        dies, answers garbage or none is running, a fresh worker is started from ``argv``. Either way
+        the port is new to this supervisor: its give-up count, load error and compile allowances
+        start afresh."""
+        with self._lock:
+            if self._closed:
+                raise ImplementationError(f"{self.name}: the worker for {self.port} has been closed")
+            self.argv, self.port = list(argv), port
+            self.gave_up = self.load_error = self.hello = None
+            self._strikes = 0
+            self._compiled, self._granted, self._finished = set(), set(), set()
+            proc = self._proc
+            if proc is not None and not proc.exited() and self._load_in_place(proc, files):
+                assert self.hello is not None
+                return self.hello
+            self._discard()
+            self._start()
+            assert self.hello is not None
+            return self.hello
+
+    def _load_in_place(self, proc: _Process, files: Sequence[str]) -> bool:
+        """Whether the running worker loaded the new port (or reported its load error, raised here)."""
+        ident = self._next_id
+        self._next_id += 1
+        mark = proc.output.total
+        seconds = self.limits.startup_timeout
+        deadline = time.monotonic() + seconds
+        try:
+            self._send(proc, protocol.encode_load(ident, list(files)), deadline)
+            hello = self._receive(proc, ident, deadline)
+        except _Timeout:
+            self._discard()
+            out = output_section(proc.output.since(mark))
+            note = self._strike(f"not loaded within {seconds:g}s")
+            raise ImplementationError(
+                f"{self.name} worker did not load {self.port} within {seconds:g}s; it was killed{note}{out}"
+            ) from None
+        except (_Died, ProtocolError):
+            return False  # a fresh worker decides
+        if hello.kind == "E":
+            return False  # refused: the previous port changed its session
+        self._accept_hello(proc, hello, mark)
+        return True
 
     def _died(self, proc: _Process) -> int | None:
         """The worker stopped answering because it is dying: its own exit code, if it comes soon."""

@@ -2,7 +2,8 @@
 #
 # attention_ports/runtimes/r/worker.py sources this file into an environment of its own whose parent is baseenv(),
 # so nothing a port does to the global environment can reach these functions, and calls them
-# through rpy2: .ap_port_env() once, .ap_load() once, .ap_declaration() once, .ap_call() per call.
+# through rpy2: .ap_port_env(), .ap_load() and .ap_declaration() once per port loaded (one, or several in
+# turn: .ap_session_state below), .ap_call() per call.
 # Arrays arrive as R vectors whose memory Python wrote directly (never rpy2's memoryview()), with
 # `dim` already set; results leave the same way, read straight from R's memory.
 
@@ -267,3 +268,31 @@
 
 # The port's optional declaration (ports/CONTRACT.md), as it is: Python checks it.
 .ap_declaration <- function(env) get0("attention_ports", envir = env, inherits = FALSE)
+
+# What a port could change of the R session outside its own environment (which every load makes
+# afresh, .ap_port_env): the global environment, the options, the search path, the loaded
+# namespaces, the environment variables, the working directory, the sinks, the task callbacks, the
+# random number generator's kind, the locale. The worker loads another port in place of the last
+# (a 'P' request: the mutation kit's next mutant) only while all of this is as it was before the
+# first port loaded; otherwise the supervisor starts a fresh worker for it.
+.ap_session_state <- function() {
+  opts <- options()
+  list(
+    global = mget(sort(ls(globalenv(), all.names = TRUE)), envir = globalenv()),
+    options = opts[sort(names(opts))],
+    search = search(),
+    namespaces = sort(loadedNamespaces()),
+    environment = as.list(Sys.getenv()),
+    directory = getwd(),
+    sinks = c(sink.number(), sink.number(type = "message")),
+    callbacks = getTaskCallbackNames(),
+    rng = RNGkind(),
+    locale = Sys.getlocale()
+  )
+}
+
+# The parts of the session that differ between two states ("" when none).
+.ap_session_changes <- function(before, after) {
+  same <- vapply(names(before), function(n) identical(before[[n]], after[[n]]), TRUE)
+  paste(names(before)[!same], collapse = ", ")
+}

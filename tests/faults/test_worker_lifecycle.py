@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from attention_ports.runtimes import supervisor
+from attention_ports.runtimes.impl import ImplementationError, ImplementationUnavailable
 from attention_ports.runtimes.registry import create
 from tests.faults.conftest import SOFTMAX, alive, children_of, port, wait_for, zombies
 
@@ -128,3 +129,82 @@ def test_a_forked_child_of_the_run_ends_none_of_its_workers(r: str) -> None:
         assert impl.supervisor.starts == 1
     finally:
         impl.close()
+
+
+# Loading another port into a running R worker (RImplementation.load, the mutation kit's): in place
+# only while the R session is as it started; never anything of the previous port left.
+_ADD = "softmax <- function(x, axis = -1) x + 1\nhelper <- function(x) x\n"
+# -1 where anything of the ports below is left: a binding, an option, a variable, a random seed
+_TWICE = (
+    "softmax <- function(x, axis = -1) {\n"
+    "  left <- exists('helper') || exists('leak') || getOption('digits') != 7 ||\n"
+    "    nzchar(Sys.getenv('ATTENTION_PORTS_LEAK')) || exists('.Random.seed', envir = globalenv())\n"
+    "  if (left) -1 else 2 * x\n"
+    "}\n"
+)
+
+
+def test_an_r_worker_loads_another_port_in_place_and_nothing_of_the_last_remains(r: str, tmp_path: Path) -> None:
+    first, second = tmp_path / "first.R", tmp_path / "second.R"
+    first.write_text(_ADD)
+    second.write_text(_TWICE)
+    x = np.array([[1.0, 2.0]])
+    impl = create("r", first)
+    try:
+        pid = impl.supervisor.pid
+        assert impl.run("softmax", {"x": x}, {})["y"].tolist() == [[2.0, 3.0]]
+        impl.load(second)
+        assert impl.run("softmax", {"x": x}, {})["y"].tolist() == [[2.0, 4.0]]  # no `helper` in sight
+        assert (impl.supervisor.pid, impl.supervisor.starts) == (pid, 1)  # the same process
+        assert str(second) in impl.describe()
+    finally:
+        impl.close()
+    assert not alive(pid)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "assign('leak', 1, envir = globalenv())",
+        "options(digits = 3)",
+        "Sys.setenv(ATTENTION_PORTS_LEAK = '1')",
+        "set.seed(1)",  # .Random.seed in the global environment
+    ],
+)
+def test_after_a_port_that_changed_the_r_session_the_next_port_gets_a_fresh_worker(
+    r: str, tmp_path: Path, change: str
+) -> None:
+    first, second = tmp_path / "first.R", tmp_path / "second.R"
+    first.write_text(f"{change}\n{_ADD}")
+    second.write_text(_TWICE)
+    impl = create("r", first)
+    try:
+        pid = impl.supervisor.pid
+        impl.load(second)
+        assert impl.supervisor.starts == 2 and impl.supervisor.pid != pid and not alive(pid)
+        assert impl.run("softmax", {"x": np.array([[1.0]])}, {})["y"].tolist() == [[2.0]]
+    finally:
+        impl.close()
+
+
+def test_a_port_that_cannot_load_fails_the_load_and_the_next_load_recovers(r: str, tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.R", tmp_path / "bad.R"
+    good.write_text(_ADD)
+    bad.write_text("softmax <- function(x {\n")
+    impl = create("r", good)
+    try:
+        with pytest.raises(ImplementationUnavailable, match=r"bad\.R"):
+            impl.load(bad)
+        with pytest.raises(ImplementationError, match="cannot load port"):
+            impl.run("softmax", {"x": np.array([[1.0]])}, {})
+        assert impl.supervisor.pid is None  # the worker that could not load it has ended
+        impl.load(good)  # the failed load's worker is gone: a fresh one
+        assert impl.run("softmax", {"x": np.array([[1.0]])}, {})["y"].tolist() == [[2.0]]
+        pid = impl.supervisor.pid
+        os.kill(pid, signal.SIGKILL)  # dead between calls: the load starts a fresh worker
+        impl.load(good)
+        assert impl.supervisor.pid != pid
+        assert impl.run("softmax", {"x": np.array([[1.0]])}, {})["y"].tolist() == [[2.0]]
+    finally:
+        impl.close()
+    assert zombies() == []

@@ -70,6 +70,20 @@ def test_every_value_round_trips(value) -> None:
         assert got == value
 
 
+def test_a_load_request_carries_its_files_and_is_neither_a_call_nor_a_quit() -> None:
+    files = ["/tmp/a port/x.R", "héllo.R"]
+    frame = b"".join(bytes(p) for p in protocol.encode_load(5, files))
+    _, ident, length = protocol.HEADER.unpack(frame[: protocol.HEADER.size])
+    request = protocol.decode_request(np.frombuffer(frame[protocol.HEADER.size :], np.uint8))
+    assert (ident, length, request.op, request.args, request.load) == (
+        5,
+        len(frame) - protocol.HEADER.size,
+        "",
+        [],
+        files,
+    )
+
+
 def test_arrays_travel_as_their_own_bytes_without_copies() -> None:
     a = np.asfortranarray(np.arange(6.0).reshape(2, 3))
     parts: list = []

@@ -44,7 +44,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -176,12 +176,8 @@ class RImplementation(Implementation):
         startup_timeout: float | None = None,
         give_up_after: int | None = None,
     ) -> None:
-        self.files = _port_files(port)
-        self.user_port = port is not None
         self.last_warnings: list[str] = []
-        self._where = str(self.files[0]) if len(self.files) == 1 else f"{self.files[0].parent}/*.R"
-        self._declaration: Declaration = declaration.NONE
-        argv = [sys.executable, "-X", "faulthandler", "-m", "attention_ports.runtimes.r.worker", *map(str, self.files)]
+        argv = self._take(port)
         self._supervisor = Supervisor(
             "r",
             argv,
@@ -190,15 +186,37 @@ class RImplementation(Implementation):
             env=_worker_env(),
             check_hello=self._read_hello,
         )
+        self._greet(self._supervisor.start, close=True)
+
+    def load(self, port: Path) -> None:
+        """Run ``port`` from now on, in place of the current one, as a new ``RImplementation(port)``
+        would (raises the same ``ImplementationUnavailable``; the implementation then stays unusable
+        until a load succeeds). The worker loads it in place where its R session is as it started
+        (Supervisor.reload: the port gets an environment of its own either way), else a fresh worker
+        does: the mutation kit's ~130 R mutants then start R once, not ~130 times."""
+        argv = self._take(port)
+        self._greet(lambda: self._supervisor.reload(argv, self._where, [str(f) for f in self.files]), close=False)
+
+    def _take(self, port: Path | None) -> list[str]:
+        """Make ``port`` this implementation's port; the worker's command line for it."""
+        self.files = _port_files(port)
+        self.user_port = port is not None
+        self._where = str(self.files[0]) if len(self.files) == 1 else f"{self.files[0].parent}/*.R"
+        self._declaration: Declaration = declaration.NONE
+        return [sys.executable, "-X", "faulthandler", "-m", "attention_ports.runtimes.r.worker", *map(str, self.files)]
+
+    def _greet(self, start: Callable[[], Reply], *, close: bool) -> None:
+        """Start (or load) the port; its load-time warnings re-issued; a failure is ImplementationUnavailable."""
         try:
-            hello = self._supervisor.start()
+            hello = start()
         except ImplementationError as exc:
-            self._supervisor.close()
+            if close:
+                self._supervisor.close()
             hint = language.hint(self.files[0], "r") if len(self.files) == 1 else ""  # Julia given as R?
             raise ImplementationUnavailable(f"{exc}\n{hint}" if hint else str(exc)) from None
         self._version = hello.message
         for w in filter(None, hello.notes.split("\n")):
-            warnings.warn(f"r: loading {w}", RWarning, stacklevel=2)
+            warnings.warn(f"r: loading {w}", RWarning, stacklevel=3)
 
     def _read_hello(self, hello: Reply) -> None:
         self._declaration = declaration.parse(hello.declaration, self._where, "r")

@@ -100,6 +100,8 @@ class EmbeddedR:
         self.load_fn = bridge.find(".ap_load")
         self.port_env_fn = bridge.find(".ap_port_env")
         self.declaration_fn = bridge.find(".ap_declaration")
+        self.session_state_fn = bridge.find(".ap_session_state")
+        self.session_changes_fn = bridge.find(".ap_session_changes")
         self.version = str(ri.evalr("R.version.string")[0])
         self._strs: dict[tuple[str, ...], Any] = {}
         self._dims: dict[tuple[int, ...], Any] = {}
@@ -306,17 +308,35 @@ def _send(fd: int, ident: int, body: list[Part]) -> None:
         protocol.consume(views, n)
 
 
+def greeting(r: EmbeddedR, port: Port) -> list[Part]:
+    """The reply to a start or a load request: the port loaded ('H'), or why it is not ('L')."""
+    if port.failure:
+        return protocol.reply_load_error(f"r: cannot load port {port.failure}")
+    return protocol.reply_hello(r.version, "\n".join(port.load_warnings), port.declaration())
+
+
+def load_again(r: EmbeddedR, pristine: Any, files: Sequence[str]) -> tuple[Port | None, list[Part]]:
+    """A load request ('P'): the new port, loaded into an environment of its own as at a start, and
+    its greeting; refused ('E', no port) when the previous port changed the R session outside its own
+    environment (ports/r/worker.R, ``.ap_session_state``), so that nothing of it reaches the next one."""
+    changed = str(r.session_changes_fn(pristine, r.session_state_fn())[0])
+    if changed:
+        return None, protocol.reply_error(f"r: the previous port changed the R session ({changed}): a fresh worker")
+    port = Port(r, files)
+    return port, greeting(r, port)
+
+
 def serve(files: Sequence[str], request_fd: int, reply_fd: int) -> None:
     try:
         r = EmbeddedR()
     except Unavailable as exc:
         _send(reply_fd, 0, protocol.reply_load_error(str(exc)))
         return
+    pristine = r.session_state_fn()  # before any port: what a load in place requires (load_again)
     port = Port(r, files)
+    _send(reply_fd, 0, greeting(r, port))
     if port.failure:
-        _send(reply_fd, 0, protocol.reply_load_error(f"r: cannot load port {port.failure}"))
         return
-    _send(reply_fd, 0, protocol.reply_hello(r.version, "\n".join(port.load_warnings), port.declaration()))
     header = bytearray(protocol.HEADER.size)
     buffer = np.empty(1 << 16, dtype=np.uint8)  # reused: a request's arrays are copied into R before the next
     while _read_exact(request_fd, memoryview(header)):
@@ -329,6 +349,13 @@ def serve(files: Sequence[str], request_fd: int, reply_fd: int) -> None:
         if not _read_exact(request_fd, memoryview(body)) and length:
             return
         request = protocol.decode_request(body)
+        if request.load is not None:
+            loaded, reply = load_again(r, pristine, request.load)
+            _send(reply_fd, ident, reply)
+            if loaded is None or loaded.failure:
+                return  # refused or not loaded: the supervisor discards this worker
+            port = loaded
+            continue
         if not request.op:
             return
         reply = port.call(request)
