@@ -592,6 +592,13 @@ def source_from_args(args: Any) -> CaseSource:
             raise UsageError("--seed, --op and --dump go with --random N (N >= 1)")
         if args.case or args.dir != REPO_FIXTURES:
             raise UsageError("--case and --dir select fixture cases; --random generates its own")
+        outside = [
+            op
+            for op in args.op
+            if precision not in (None, formats.DEFAULT) and op not in formats.tier_ops(formats.get(precision))
+        ]
+        if outside:
+            raise UsageError(f"--op {outside[0]}: the {precision} tier has no rules for it yet (docs/precision.md)")
         if args.dump is not None and precision not in (None, formats.DEFAULT):
             # A kept case is a float64 fixture folder; a tier's folder (its rounded inputs, its
             # bounds) from a generated case is not built yet.

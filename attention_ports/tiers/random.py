@@ -309,6 +309,8 @@ def run_random(
     ``fmt``: the precision judged in (default float64; ``make_case``), ``impl`` running in it."""
     fmt = fmt or precision.FORMATS[precision.DEFAULT]
     ops = offered_operations(impl, operations)
+    if fmt.name != precision.DEFAULT:  # a lower tier draws only the operations it has rules for
+        ops = [op for op in ops if op in precision.tier_ops(fmt)]
     command = random_command(impl_name, examples, seed, port, operations, fmt.name)
     run = RandomRun(impl_name, seed, examples, ops, command, precision=fmt.name)
     if only is not None:

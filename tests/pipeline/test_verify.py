@@ -28,6 +28,20 @@ def test_verify_precision_float32_judges_the_reference_on_the_float32_tier(tmp_p
     assert doc["summary"]["accuracy"]["reference"]["scaled_dot_product_attention"]["err_over_bound"] > 1e-4
 
 
+def test_random_at_a_tier_refuses_an_operation_the_tier_has_no_rules_for(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An operation outside a tier (the float32 tier lacked gpt_train when it came) is a usage
+    error when asked for by name, and is not drawn by default: its float32 built-ins do not exist,
+    so a draw would fail as "operation not implemented"."""
+    from attention_ports.spec import precision
+
+    monkeypatch.setattr(precision, "TIER_OPS", tuple(op for op in precision.TIER_OPS if op != "adamw_step"))
+    argv = ["verify", "--impl", "reference", "--precision", "float32", "--random", "3", "--op", "adamw_step"]
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT
+    assert "--op adamw_step: the float32 tier has no rules for it yet" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
