@@ -67,6 +67,10 @@ def test_the_carried_update_holds_every_input_in_its_balls(t: int) -> None:
 
 
 def test_a_trajectory_that_leaves_first_order_is_refused() -> None:
+    # Two blocks, six tokens: the third step's forward runs at parameters whose carried error (lr
+    # times step 2's gradient bound, Adam's step depending on its gradient from step 2 on) puts a
+    # softmax row's logit error bound at 1.1e-6, past float64's guard 2^-20 (measured; one block of
+    # five tokens, gpt_train_tanh_plain_adam, certifies four steps at lr 0.005).
     inputs, options = _case("gpt_train_two_blocks_repeated")
     with pytest.raises(bounds.BoundError):
         engine.compute_detailed("gpt_train", inputs, {**options, "steps": 3}, memo=False)
