@@ -63,6 +63,37 @@ def _default_dir() -> Path:
     return REPO_FIXTURES.resolve()
 
 
+def load_port(impl: Implementation) -> None:
+    """Make an implementation load its port now, not at its first case: a Julia port loads lazily
+    (on its first call, or when its declaration is read), and a load error found there would be
+    each case's own error, its text repeated once per case. Raises ``ImplementationUnavailable``
+    with the load error (the caller closes the implementation); an R port loads when made."""
+    try:
+        getattr(impl, "declaration", None)  # reading it loads the port (JuliaImplementation.declaration)
+    except ImplementationError as exc:
+        raise ImplementationUnavailable(str(exc)) from None
+
+
+def open_implementation(name: str, port: Path | None) -> Implementation:
+    """``registry.create`` and the port loaded (:func:`load_port`): one that cannot start or load
+    raises ``ImplementationUnavailable`` naming why, before any case runs."""
+    impl = registry.create(name, port)
+    try:
+        load_port(impl)
+    except ImplementationUnavailable:
+        impl.close()
+        raise
+    return impl
+
+
+def offered_operations(impl: Implementation) -> tuple[str, ...] | None:
+    """The operations an implementation declares it offers (a port's ``attention_ports``
+    declaration); None when it declares none (the built-ins, a port without a declaration)."""
+    declared = getattr(impl, "declaration", None)
+    ops = getattr(declared, "operations", None)
+    return tuple(ops) if ops is not None else None
+
+
 def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult]:
     """Run one case on one implementation; one OutputResult per expected output.
 
@@ -253,6 +284,7 @@ def run_suite(
     stop: threading.Event | None = None,
     live: Mapping[str, Implementation] | None = None,
     entries: Sequence[dict[str, Any]] | None = None,
+    on_open: Callable[[str, Implementation], None] | None = None,
 ) -> list[CaseResult]:
     """Every selected case on every named implementation; results ordered by implementation (as
     named), then by case (manifest order), whether or not they ran side by side.
@@ -263,10 +295,14 @@ def run_suite(
     ``stop``: once set, no further case starts; a case that ends in ``error`` after it was set
     is dropped (its worker was probably killed by the interruption), so the results are the cases
     that really ran. An implementation whose runtime cannot start is ``unavailable`` for each
-    case, which becomes ``error`` when it is in ``required`` (asked for, or anything under CI=true).
+    case, which becomes ``error`` when it is in ``required`` (asked for, or anything under CI=true);
+    a port that does not load (a syntax error) is so too, found before its first case
+    (:func:`open_implementation`), so that every case carries the one same message (the reports
+    print it once for them all, ``report.text.failure_details``).
     A case whose fixture files are bad is ``error`` with ``fixture_error`` set, on every implementation.
     ``live``: implementations already made (a test's pool), used instead of new ones and left open.
     ``entries``: ``fixtures_dir``'s manifest entries, already read (:func:`select_entries`).
+    ``on_open(name, impl)``: called (in the implementation's thread) once it has started and loaded.
     """
     ports = ports or {}
     required = required or set()
@@ -293,10 +329,17 @@ def run_suite(
         unavailable = ""
         if impl is None:
             try:
-                impl = registry.create(name, port)
+                impl = open_implementation(name, port)
             except ImplementationUnavailable as exc:
                 unavailable = str(exc)
+        else:
+            try:
+                load_port(impl)
+            except ImplementationUnavailable as exc:  # the caller's to close
+                unavailable, impl = str(exc), None
         owned = impl is not None and name not in (live or {})
+        if impl is not None and on_open is not None:
+            on_open(name, impl)
         try:
             for i, (entry, case) in enumerate(zip(entries, cases, strict=True)):
                 if stop.is_set():

@@ -40,9 +40,20 @@ def exit_status(report: Report, ports: Iterable[str], signum: int | None = None)
         print(f"bad fixture files in {where} for case(s) {', '.join(bad_fixtures)}: exit {EXIT_BAD_INPUT}")
         return EXIT_BAD_INPUT
     # The report's verdict (model.Report.ok): a failure or error, a missing case under --strict, and
-    # under CI=true an implementation that passed zero cases (the pytest plugin's rule).
-    if report.ci and (empty := report.zero_pass()):
-        print(f"CI: no case passed on {', '.join(empty)}: refusing to call this run green")
+    # under CI=true an implementation that passed zero cases, or nothing judged at all (the pytest
+    # plugin's rule), on a whole run: a shard's part proves nothing about the run.
+    if empty := report.ci_refusal():
+        if report.zero_pass():
+            print(f"CI: no case passed on {', '.join(empty)}: refusing to call this run green")
+        else:
+            print("CI: nothing was judged (NOTHING RAN): refusing to call this run green")
+    elif report.ci and not report.whole_run and (report.zero_pass() or report.nothing_judged()):
+        shard = report.meta["shard"]
+        print(
+            f"CI: shard {shard.get('index')}/{shard.get('total')} passed no case on "
+            f"{', '.join(report.zero_pass()) or 'any implementation'}: the zero-pass rule is the whole run's, "
+            "left to merge-reports"
+        )
     # Partial ports are the user's business; an operation missing from a port we ship is our bug.
     user = set(ports)
     ours_missing = sorted({r.impl for r in report.results if r.status == "missing" and r.impl not in user})

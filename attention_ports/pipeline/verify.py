@@ -25,6 +25,7 @@ random and scale tiers lazily: hypothesis is an optional extra).
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import math
@@ -37,14 +38,16 @@ from pathlib import Path
 from typing import Any
 
 from attention_ports.core import progress
-from attention_ports.fixtures.store import REPO_FIXTURES
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries, read_manifest
 from attention_ports.judge.results import CaseResult, OutputResult
 from attention_ports.judge.runner import in_ci, run_suite, select_entries
+from attention_ports.judge.runner import offered_operations as runner_offered
 from attention_ports.pipeline import shards
 from attention_ports.report import Report, accuracy_table, failure_details, summary_lines, table
 from attention_ports.runtimes import precision as in_precision
 from attention_ports.runtimes import registry
 from attention_ports.runtimes.impl import Implementation, ImplementationUnavailable
+from attention_ports.spec import ops
 from attention_ports.spec import precision as formats
 from attention_ports.tools import doctor
 
@@ -106,6 +109,49 @@ def verify_meta(
         "fixtures": fixtures_meta(fixtures_dir),
         **extra,
     }
+
+
+# --------------------------------------------------------------------- declared operations
+def declared_entry(fmt: formats.Format, operations: Iterable[str], tier_dir: Path | None = None) -> dict[str, Any]:
+    """``meta.declared``'s entry for one implementation (report.model.Report.not_judged reads it):
+    the precision it is judged in, the operations it offers that the run asks for, and, for each
+    one the tier holds no case of, why: not in the tier (``spec.precision.not_in_tier``), or every
+    one of its cases not applicable there (``tier_dir``'s manifest, ``truth.not_applicable``)."""
+    ops = list(operations)
+    reasons: dict[str, str] = {}
+    present: set[str] = set()
+    not_applicable: dict[str, int] = {}
+    if fmt.name == formats.DEFAULT:
+        return {"precision": fmt.name, "operations": ops, "reasons": reasons}
+    if tier_dir is not None:
+        manifest = read_manifest(tier_dir)
+        present = {e["op"] for e in manifest["cases"]}
+        op_of = {e["id"]: e["op"] for e in iter_entries(REPO_FIXTURES)}  # the tier's ids are the catalogue's
+        for skipped in manifest["truth"].get("not_applicable") or []:
+            op = op_of.get(skipped.get("id"))
+            if op is not None:
+                not_applicable[op] = not_applicable.get(op, 0) + 1
+    for op in ops:
+        why = formats.not_in_tier(op, fmt)
+        if why is None and op not in present and not_applicable.get(op):
+            n = not_applicable[op]
+            why = (
+                f"{'its one case' if n == 1 else f'all {n} cases'} not applicable at {fmt.name} "
+                "(the tier manifest's truth.not_applicable says why)"
+            )
+        if why is not None:
+            reasons[op] = why
+    return {"precision": fmt.name, "operations": ops, "reasons": reasons}
+
+
+def asked_operations(globs: Iterable[str]) -> list[str]:
+    """The operations a catalogue run asks for: every one, or those of the catalogue's cases the
+    ``--case`` globs match (in the main fixtures: a tier's case ids are the catalogue's)."""
+    globs = list(globs)
+    if not globs:
+        return list(ops.OPS)  # (the main manifest is read only when --case narrows them)
+    entries = iter_entries(REPO_FIXTURES)
+    return list(dict.fromkeys(e["op"] for e in entries if any(fnmatch.fnmatchcase(e["id"], g) for g in globs)))
 
 
 # --------------------------------------------------------------------- case sources
@@ -196,12 +242,16 @@ class CatalogueSource(CaseSource):
         self.dir = fixtures_dir.resolve()  # as given, before anything can change the directory
         self.globs = case_globs
         self.parallel = parallel
+        self.declared: dict[str, dict[str, Any]] = {}  # meta.declared, filled as implementations open
 
     def fixtures_dir(self) -> Path:
         return self.dir
 
     def meta(self) -> dict[str, Any]:
-        return {} if self.precision is None else {"precision": self.precision}
+        out: dict[str, Any] = {} if self.precision is None else {"precision": self.precision}
+        if self.declared:
+            out["declared"] = self.declared
+        return out
 
     def units(self) -> list[Unit]:
         return [Unit(str(e.get("id", "?")), catalogue_cost(e)) for e in select_entries(self.dir, self.globs)]
@@ -212,6 +262,19 @@ class CatalogueSource(CaseSource):
             return []
         results: list[CaseResult] = []
         for fixtures_dir, live in precision_groups(self.precision, sel, self.dir, self.default_dir):
+            fmt = formats.of_fixtures(fixtures_dir)
+            # A lower tier's own fixtures leave operations out (meta.declared says which and why);
+            # float64's hold every operation, and a --dir folder holds what its author chose.
+            lower = self.default_dir and fmt.name != formats.DEFAULT
+            tier = declared_entry(fmt, asked_operations(self.globs), fixtures_dir) if lower else None
+
+            def opened(name: str, impl: Implementation, tier: dict[str, Any] | None = tier) -> None:
+                if tier is not None and tier["reasons"]:
+                    offered = runner_offered(impl)
+                    chosen = [op for op in tier["operations"] if offered is None or op in offered]
+                    reasons = {op: why for op, why in tier["reasons"].items() if op in chosen}
+                    self.declared[name] = {**tier, "operations": chosen, "reasons": reasons}
+
             try:
                 results += run_suite(
                     fixtures_dir,
@@ -223,6 +286,7 @@ class CatalogueSource(CaseSource):
                     parallel=self.parallel,
                     stop=stop,
                     live={n: i for n, i in live.items() if i is not None},
+                    on_open=opened,
                 )
             finally:
                 for impl in live.values():
@@ -306,6 +370,7 @@ class RandomSource(CaseSource):
         self.operations = operations or None
         self.dump = dump
         self.runs: list[Any] = []
+        self.declared: dict[str, dict[str, Any]] = {}  # meta.declared (Report.not_judged)
 
     def _ops(self) -> list[str]:
         from attention_ports.spec.strategies import STRATEGIES
@@ -321,6 +386,7 @@ class RandomSource(CaseSource):
     def meta(self) -> dict[str, Any]:
         return {
             **({} if self.precision is None else {"precision": self.precision}),
+            **({"declared": self.declared} if self.declared else {}),
             "random": {
                 "seed": self.seed,
                 "examples": self.examples,
@@ -350,6 +416,10 @@ class RandomSource(CaseSource):
                 results.append(CaseResult(name, "(generated cases)", "-", [out]))
                 continue
             try:
+                # every operation asked for and offered (declared) by the port, with why its tier has
+                # none (reading the declaration loads the port: before the run, so its load error is one)
+                asked = self.generated.offered_operations(impl, self.operations)
+                self.declared[name] = declared_entry(formats.get(fmt), asked)
                 run = self.generated.run_random(
                     name,
                     impl,

@@ -230,6 +230,13 @@ def render(report: Report) -> str:
         "<table><tr><th>implementation</th>"
         + "".join(f"<th>{s}</th>" for s in statuses)
         + f"</tr>{count_rows}</table>",
+        (
+            "<h2>Declared operations not judged</h2><ul>"
+            + "".join(f"<li>{_e(line)}</li>" for line in report.not_judged_lines())
+            + "</ul>"
+        )
+        if report.not_judged()
+        else "",
         "<h2>Cases</h2>",
         '<p class="meta">Each cell: status &middot; the worst error as a fraction of its bound (1 = the limit; '
         "nan/inf: a NaN or an infinity where a number belongs) &middot; elements beyond their bounds.</p>",

@@ -8,7 +8,8 @@ the headline and the diagnosis (the attribute is what annotation reporters such 
 its text the whole failure message with the case's reason and the repro. An
 error ``<error>``, a missing or unavailable case ``<skipped>`` (``<failure>`` under ``--strict`` for
 missing). The case's reason and flags are ``<properties>``; each ``<testsuite>`` holds the run's
-headline as its property ``verdict``.
+headline as its property ``verdict``, and each operation the implementation declares that got no
+judged case at the run's tier as a property ``not_judged.<operation>`` whose value says why.
 """
 
 from __future__ import annotations
@@ -48,11 +49,16 @@ def element(report: Report) -> ET.Element:
     root = ET.Element("testsuites", name=SUITE)
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     total_time = 0.0
-    for impl in report.impls:
+    for impl in report.asked:  # one without a result too: its verdict and unjudged operations
         suite = ET.SubElement(root, "testsuite", name=f"{SUITE}.{impl}")
         # The run's headline (model.Report.headline), as every other report states it: a reader of
         # the counts alone would take a run of skipped (not implemented) cases for a green one.
-        ET.SubElement(ET.SubElement(suite, "properties"), "property", name="verdict", value=report.headline())
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="verdict", value=report.headline())
+        # declared operations with no judged case at the run's tier (model.Report.not_judged): a
+        # reader of the testcases alone would not know they were never checked
+        for op, why in report.not_judged().get(impl, {}).items():
+            ET.SubElement(props, "property", name=f"not_judged.{op}", value=clean(why))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         seconds = 0.0
         for case in report.cases:

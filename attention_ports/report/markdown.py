@@ -46,6 +46,8 @@ def render(report: Report) -> str:
         lines.append(f"| {_cell(impl)} | " + " | ".join(str(counts[impl].get(s, 0)) for s in STATUSES) + " |")
     if report.strict:
         lines += ["", "`--strict`: a missing (not implemented) operation fails."]
+    if unjudged := report.not_judged_lines():
+        lines += ["", "### Declared operations not judged", ""] + [f"- {_cell(line)}" for line in unjudged]
     if failures:
         lines += [
             "",

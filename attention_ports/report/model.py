@@ -9,10 +9,14 @@ render it, so they cannot disagree about a verdict.
 The verdict: a case is *failing* when its status is ``fail`` or ``error`` (an output its operation
 owes and did not return is a ``fail``), and also when it is ``missing`` (an operation the
 implementation does not implement) under ``--strict``. Under CI=true a run in which an
-implementation passed zero cases fails too (as the pytest plugin's rule). ``missing`` and
-``unavailable`` cases did not run: never a pass, counted apart, and the headline says PASS only
-when every case asked for ran and agreed, otherwise how many passed of how many and what did not
-run (:meth:`Report.headline`). The command line's exit code follows :attr:`Report.ok`.
+implementation passed zero cases fails too (as the pytest plugin's rule), and so does a run in
+which nothing was judged at all; both rules are the *whole run's*: a shard's report (``meta.shard``)
+does not apply them (``merge-reports`` does, on the merged run). ``missing`` and ``unavailable``
+cases did not run: never a pass, counted apart, and the headline says PASS only when every case
+asked for ran and agreed and every operation the implementations declare got a judged case at the
+run's precision tier; otherwise how many passed of how many, what did not run, and the declared
+operations that got no case, with the reason (:meth:`Report.not_judged`, :meth:`Report.headline`).
+The command line's exit code follows :attr:`Report.ok`.
 """
 
 from __future__ import annotations
@@ -83,6 +87,9 @@ class Report:
 
     def __post_init__(self) -> None:
         self.impls = list(dict.fromkeys(r.impl for r in self.results))
+        # every implementation the run asked for, those without a single result too (a generated
+        # run of operations a port's tier has no rules for): the zero-pass rule counts them
+        self.asked = list(dict.fromkeys([*(self.meta.get("implementations") or []), *self.impls]))
         self.cases = list(dict.fromkeys(r.case for r in self.results))
         self.ops = {r.case: r.op for r in self.results}
         self._cells = {(r.impl, r.case): r for r in self.results}
@@ -101,22 +108,96 @@ class Report:
     def failures(self) -> list[CaseResult]:
         return [r for r in self.results if self.is_failing(r)]
 
+    @property
+    def whole_run(self) -> bool:
+        """The report is a whole run's, not one shard's (``verify --shard K/N`` writes ``meta.shard``;
+        ``merge-reports`` drops it): only a whole run can prove that an implementation passed nothing."""
+        return not isinstance(self.meta.get("shard"), dict)
+
     def zero_pass(self) -> list[str]:
-        """Implementations with cases in the run and not one pass (CI=true fails such a run)."""
+        """Implementations the run asked for that passed not one case (CI=true fails such a run)."""
         passed = {r.impl for r in self.results if r.status == "pass"}
-        return [impl for impl in self.impls if impl not in passed]
+        return [impl for impl in self.asked if impl not in passed]
+
+    def nothing_judged(self) -> bool:
+        """No case was judged at all: nothing passed, failed or errored (it all did not run, or
+        there was nothing to run)."""
+        return not any(r.status == "pass" or r.status in FAILING for r in self.results)
+
+    def ci_refusal(self) -> list[str]:
+        """Under CI=true, on a whole run: the implementations that passed zero cases (one
+        placeholder, ``(nothing)``, when nothing at all was asked for or judged). Empty otherwise."""
+        if not (self.ci and self.whole_run):
+            return []
+        return self.zero_pass() or (["(nothing)"] if self.nothing_judged() else [])
 
     @property
     def ok(self) -> bool:
         """The run's verdict, the exit status's: nothing failing, and under CI every implementation
-        passed something. Cases that did not run (``missing``, ``unavailable``) do not make it false
-        (except ``missing`` under --strict); :attr:`complete` says whether everything ran."""
-        return not self.failures and not (self.ci and self.zero_pass())
+        passed something (on a whole run). Cases that did not run (``missing``, ``unavailable``) do
+        not make it false (except ``missing`` under --strict); :attr:`complete` says whether
+        everything ran."""
+        return not self.failures and not self.ci_refusal()
 
     @property
     def complete(self) -> bool:
-        """Every case asked for ran and agreed: the only run whose headline is a plain PASS."""
-        return self.ok and not self.interrupted and all(r.status == "pass" for r in self.results)
+        """Every case asked for ran and agreed, and every declared operation got a judged case:
+        the only run whose headline is a plain PASS."""
+        return (
+            self.ok
+            and not self.interrupted
+            and bool(self.results)
+            and all(r.status == "pass" for r in self.results)
+            and not self.not_judged()
+        )
+
+    def not_judged(self) -> dict[str, dict[str, str]]:
+        """implementation -> operation -> why: the operations an implementation offers (its
+        declaration, or every operation; narrowed by ``--case`` / ``--op``) that got no case at
+        all at the precision tier it was judged in (``meta.declared``, written by the case
+        source: e.g. gpt_train at float32, where no case certifies). A shard names only the
+        reasons its tier states; a whole run also an offered operation none of whose cases was
+        judged for another reason (every generated case of it not applicable)."""
+        out: dict[str, dict[str, str]] = {}
+        declared = self.meta.get("declared") or {}
+        ops_with_results = {(r.impl, r.op) for r in self.results}
+        for impl, d in declared.items():
+            tier = d.get("precision", "float64")
+            for op in d.get("operations") or []:
+                if (impl, op) in ops_with_results:
+                    continue
+                reason = (d.get("reasons") or {}).get(op)
+                if reason is None and self.whole_run:
+                    reason = f"no case of it was judged at {tier}"
+                if reason is not None:
+                    out.setdefault(impl, {})[op] = reason
+        return out
+
+    def not_judged_lines(self) -> list[str]:
+        """One line per unjudged declared operation (the reports' list of them):
+        ``julia: gpt_train not judged at float32: no case certifies at float32 ...``."""
+        declared = self.meta.get("declared") or {}
+        return [
+            f"{impl}: {op} not judged at {(declared.get(impl) or {}).get('precision', 'float64')}: {why}"
+            for impl, ops in self.not_judged().items()
+            for op, why in ops.items()
+        ]
+
+    def not_judged_text(self) -> str:
+        """The unjudged declared operations in one clause (the headline's), grouped by reason, each
+        reason without its parenthesis (the reports' lists keep it): ``not judged at float32:
+        gpt_train (no case certifies at float32)``; "" when none."""
+        parts = []
+        declared = self.meta.get("declared") or {}
+        for impl, ops in self.not_judged().items():
+            tier = (declared.get(impl) or {}).get("precision", "float64")
+            who = f" on {impl}" if len(self.asked) > 1 else ""
+            by_reason: dict[str, list[str]] = {}
+            for op, why in ops.items():
+                by_reason.setdefault(why.split(" (", 1)[0], []).append(op)
+            listed = "; ".join(f"{', '.join(names)} ({why})" for why, names in by_reason.items())
+            parts.append(f"not judged{who} at {tier}: {listed}")
+        return "; ".join(parts)
 
     def not_run(self) -> dict[str, dict[str, int]]:
         """status (``missing``, ``unavailable``) -> implementation -> cases that did not run."""
@@ -130,11 +211,14 @@ class Report:
     def headline(self) -> str:
         """The run's one-line verdict, the same in every report (text, markdown, HTML, JUnit).
 
-        ``PASS: all N ...`` only when every case asked for ran and agreed; a run with nothing failing
-        but cases that did not run says ``PASS for P of N; ...`` and what did not run (``NOTHING
-        RAN: 0 of N; ...`` when no case ran); otherwise ``FAIL: ...`` with the failures, the
-        implementations that passed nothing under CI, and what did not run. N counts
-        implementation x case results (cases, with one implementation).
+        ``PASS: all N ...`` only when every case asked for ran and agreed and no declared operation
+        went unjudged; a run with nothing failing but cases that did not run says ``PASS for P of
+        N; ...`` and what did not run, one whose every case passed but that left declared
+        operations unjudged ``PASS for the N judged ...; not judged at float32: gpt_train (...)``
+        (``NOTHING RAN: 0 of N; ...`` when no case was judged, also under CI=true, where it fails);
+        otherwise ``FAIL: ...`` with the failures, the implementations that passed nothing under
+        CI, and what did not run. N counts implementation x case results (cases, with one
+        implementation).
         """
         n = len(self.results)
         unit = "implementation x case results" if len(self.impls) > 1 else "cases"
@@ -148,16 +232,22 @@ class Report:
         if self.interrupted:
             skipped.append("interrupted: only the cases that finished are counted")
         rest = "; " + ", ".join(skipped) if skipped else ""
+        if unjudged := self.not_judged_text():
+            rest += f"; {unjudged}"
+        failed = sum(r.status in FAILING for r in self.results)
+        refused = self.ci_refusal()
+        why_ci = " (CI=true: a run must prove its cases ran)"
         if self.complete:
             return f"PASS: all {n} {unit} agree with the truth"
-        if self.ok and not passed:  # nothing failed because nothing ran: no PASS at all
-            return f"NOTHING RAN: 0 of {n} {unit}{rest}"
+        if not failed and not passed:  # nothing failed because nothing ran: no PASS at all
+            return f"NOTHING RAN: 0 of {n} {unit}{rest}" + (why_ci if refused else "")
         if self.ok:
+            if passed == n and not self.interrupted:  # all judged passed; only operations left out
+                return f"PASS for the {n} judged {unit}{rest}"
             return f"PASS for {passed} of {n} {unit}{rest}"
-        failed = sum(r.status in FAILING for r in self.results)
         parts = [f"{failed} of {n} {unit} fail"] if failed else []
-        if self.ci and (empty := self.zero_pass()):
-            parts.append(f"{', '.join(empty)} passed zero cases (CI=true: a run must prove its cases ran)")
+        if refused:
+            parts.append(f"{', '.join(refused)} passed zero cases{why_ci}")
         return f"FAIL: {'; '.join(parts) or f'{passed} of {n} {unit} pass'}{rest}"
 
     def counts(self) -> dict[str, Counter[str]]:
@@ -189,6 +279,8 @@ class Report:
             "ok": self.ok,  # the verdict (exit status 0); "complete": every case also ran
             "complete": self.complete,
             "headline": self.headline(),
+            # declared operations without a judged case at the run's tier, with the reason
+            "not_judged": self.not_judged(),
             "accuracy": {
                 impl: {op: {k: finite_or_text(v) for k, v in cell.items()} for op, cell in ops.items()}
                 for impl, ops in self.accuracy().items()

@@ -79,8 +79,8 @@ def summary_lines(report: Report) -> str:
                 " (not declared, or not defined); never a pass"
                 + (" (failures under --strict)" if report.strict else "")
             )
-    if report.results:
-        lines.append(f"verdict: {report.headline()}")
+    lines += report.not_judged_lines()
+    lines.append(f"verdict: {report.headline()}")  # also when nothing ran: NOTHING RAN, never silence
     return "\n".join(lines)
 
 

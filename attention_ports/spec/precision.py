@@ -242,6 +242,20 @@ def tier_ops(fmt: Format) -> tuple[str, ...]:
     return STORAGE_TIER_OPS if fmt.storage is not None else TIER_OPS
 
 
+# Why an operation is not in a tier, as every report names it (report.model.Report.not_judged);
+# docs/precision.md gives the measurements behind each.
+NOT_IN_FLOAT32 = {"gpt_train": "no case certifies at float32 (docs/precision.md)"}
+
+
+def not_in_tier(op: str, fmt: Format) -> str | None:
+    """Why ``fmt``'s tier holds no case of ``op``; None when the tier has the operation."""
+    if fmt.name == DEFAULT or op in tier_ops(fmt):
+        return None
+    if fmt.storage is not None:
+        return f"no rounding points stated at {fmt.name} yet (docs/precision.md, Not yet built)"
+    return NOT_IN_FLOAT32.get(op, f"not in the {fmt.name} tier")
+
+
 def round_to(arr: np.ndarray, fmt: Storage) -> np.ndarray:
     """``arr`` (float64) rounded to the nearest value of ``fmt``, ties to even, as float64.
 
