@@ -15,9 +15,18 @@ A team runs the conformance suite with its own pytest::
 A test that asks for the ``impl_name`` and ``case_id`` fixtures is parametrized over the selected
 implementations and cases (``attention_ports/conformance/test_cases.py`` is the one such test).
 Locally an implementation whose runtime is missing is skipped with the reason; with CI=true it is a
-failure, and a session in which an implementation passed zero of its fixture cases fails: the
+failure. A port given with ``--port`` that cannot load (a syntax error, a bad declaration) is the
+port's failure, with or without CI, as in ``verify``: every one of its cases fails, the first with
+the load error, the others pointing at it (the error is printed once, not once per case).
+
+With CI=true a session in which an implementation passed zero of its fixture cases fails: the
 CRAN ``attention`` package's tests never ran and nobody noticed, so a green CI run must prove that
-every implementation it names really passed something.
+every implementation it names really passed something. The rule is the whole run's, so it is
+applied only where this session saw every one of the implementation's selected fixture cases:
+under pytest-xdist the controller counts every worker's reports (and their deselections); a
+session that deselected some of an implementation's cases (a pytest-split group, ``-k``,
+``--deselect``) is a part of a run and leaves the rule to the whole run (``attention-ports verify``
+on the same port, or an unsplit session), and says so in its summary.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries
-from attention_ports.judge.runner import in_ci
+from attention_ports.judge.runner import in_ci, open_implementation
 from attention_ports.runtimes import registry, supervisor
 from attention_ports.runtimes.impl import Implementation, ImplementationUnavailable
 
@@ -114,17 +123,30 @@ class _Pool:
     def __init__(self, ports: dict[str, Path]) -> None:
         self.ports = ports
         self.live: dict[str, Implementation | ImplementationUnavailable] = {}
+        self.first_failure: dict[str, str] = {}  # implementation -> the test that showed its error
 
-    def get(self, name: str) -> Implementation:
+    def get(self, name: str, nodeid: str = "") -> Implementation:
         if name not in self.live:
-            try:
-                self.live[name] = registry.create(name, self.ports.get(name))
+            try:  # started and its port loaded (a Julia port loads lazily otherwise)
+                self.live[name] = open_implementation(name, self.ports.get(name))
             except ImplementationUnavailable as exc:
                 self.live[name] = exc
         got = self.live[name]
         if isinstance(got, ImplementationUnavailable):
-            require(name, str(got))
+            reason = str(got)
+            if name in self.ports:  # the user's own port: its failure, never a missing runtime
+                short = f"{name}: the port {self.ports[name]} did not load"
+                pytest.fail(self._once(name, nodeid, reason, short), pytrace=False)
+            if in_ci():
+                require(name, self._once(name, nodeid, reason, f"{name} could not start"))
+            require(name, reason)  # a skip: pytest groups equal skip reasons itself
         return got  # type: ignore[return-value]  # require() raised otherwise
+
+    def _once(self, name: str, nodeid: str, reason: str, short: str) -> str:
+        """The whole error for the first test that meets it, a pointer to that test for the others:
+        a load error (a Julia backtrace) is printed once, not once per case."""
+        first = self.first_failure.setdefault(name, nodeid)
+        return reason if first == nodeid else f"{short}: its error is in the failure of {first}"
 
     def close(self) -> None:
         for impl in self.live.values():
@@ -140,8 +162,8 @@ def impl_pool(request: pytest.FixtureRequest) -> Iterator[_Pool]:
 
 
 @pytest.fixture
-def impl(impl_pool: _Pool, impl_name: str) -> Implementation:
-    return impl_pool.get(impl_name)
+def impl(impl_pool: _Pool, impl_name: str, request: pytest.FixtureRequest) -> Implementation:
+    return impl_pool.get(impl_name, request.node.nodeid)
 
 
 @pytest.fixture
@@ -172,6 +194,9 @@ class CaseCounter:
 
     run: dict[str, set[str]] = field(default_factory=dict)  # implementation -> node ids
     passed: Counter[str] = field(default_factory=Counter)
+    # implementation -> node ids of its fixture cases this session deselected (a pytest-split group,
+    # -k, --deselect): the session is then a part of a run, where the zero-pass rule proves nothing
+    deselected: dict[str, set[str]] = field(default_factory=dict)
 
     @property
     def collected(self) -> dict[str, int]:
@@ -181,6 +206,26 @@ class CaseCounter:
 
     def zero_pass(self) -> list[str]:
         return [impl for impl, n in self.collected.items() if n and self.passed.get(impl, 0) == 0]
+
+    def partial(self) -> list[str]:
+        """Implementations of which this session ran only a part of the selected fixture cases."""
+        return [impl for impl in self.collected if self.deselected.get(impl)]
+
+    def pytest_deselected(self, items) -> None:
+        for item in items:  # -k may deselect before our collection hook has marked the items
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            if "impl_name" in params and "case_id" in params:
+                self.deselected.setdefault(params["impl_name"], set()).add(item.nodeid)
+
+    # pytest-xdist: collection (and so deselection) happens on the workers; each sends its
+    # deselections home when it ends, and the controller takes their union (every worker deselects
+    # the same items: the same collection, the same -k or group).
+    WORKER_KEY = "attention_ports_deselected"
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        for impl, ids in (getattr(node, "workeroutput", None) or {}).get(self.WORKER_KEY, {}).items():
+            self.deselected.setdefault(impl, set()).update(ids)
 
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items) -> None:
         grouped = config.pluginmanager.hasplugin("xdist")
@@ -204,10 +249,19 @@ class CaseCounter:
     def _enforced(self, config: pytest.Config) -> list[str]:
         if not in_ci() or config.option.collectonly or _is_xdist_worker(config):
             return []
-        return self.zero_pass()
+        return [impl for impl in self.zero_pass() if impl not in self.partial()]
+
+    def _left_to_the_run(self, config: pytest.Config) -> list[str]:
+        """Implementations that passed nothing here, in a session that ran only part of their cases."""
+        if not in_ci() or config.option.collectonly or _is_xdist_worker(config):
+            return []
+        return [impl for impl in self.zero_pass() if impl in self.partial()]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        # Under CI the run must prove the cases ran, for every implementation whose cases ran.
+        if _is_xdist_worker(session.config):  # the controller decides, over every worker
+            session.config.workeroutput[self.WORKER_KEY] = {k: sorted(v) for k, v in self.deselected.items()}
+            return
+        # Under CI the run must prove the cases ran, for every implementation whose cases all ran here.
         if self._enforced(session.config):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -218,4 +272,13 @@ class CaseCounter:
         if empty := self._enforced(config):
             terminalreporter.write_line(
                 f"CI: no fixture case passed on {', '.join(empty)}: refusing to call this run green", red=True
+            )
+        for impl in self._left_to_the_run(config):
+            ran, cut = len(self.run.get(impl, ())), len(self.deselected[impl])
+            terminalreporter.write_line(
+                f"CI: no fixture case passed on {impl} in this session, which ran {ran} of its "
+                f"{ran + cut} selected cases (the others deselected: a pytest-split group, -k or --deselect): "
+                "the zero-pass rule is the whole run's, not applied to a part (attention-ports verify judges the "
+                "whole run)",
+                yellow=True,
             )

@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SOFTMAX_ONLY = ROOT / "tests" / "data" / "ports" / "r" / "softmax_only.R"
+SYNTAX_ERROR = ROOT / "tests" / "data" / "ports" / "r" / "syntax_error.R"
 CONFORMANCE = ["--pyargs", "attention_ports.conformance"]
 
 
@@ -75,6 +76,24 @@ def test_under_ci_an_implementation_that_passed_zero_cases_fails_the_run(tmp_pat
     one = run_pytest(tmp_path, *args, "--case", "softmax_ties", CI="true")
     assert one.returncode == 0, _out(one)
     assert "fixture cases passed per implementation: r: 1/3" in one.stdout
+    # A pytest-split group of that run that holds only sdpa cases is a part of the run, not the
+    # run: no fixture case of the partial port passed in it, and that is no failure (its JUnit
+    # says 0 failures too); the rule is the whole run's, and the session says it left it.
+    group = run_pytest(tmp_path, *args, "--case", "softmax_ties", "--splits", "3", "--group", "3", CI="true")
+    assert group.returncode == 0, _out(group)
+    assert "1 skipped, 2 deselected" in group.stdout and "r: 0/1" in group.stdout, _out(group)
+    assert "which ran 1 of its 3 selected cases" in group.stdout and "refusing" not in group.stdout
+
+
+def test_a_port_that_cannot_load_is_an_error_without_ci_too_its_error_printed_once(tmp_path: Path) -> None:
+    # An explicitly given port that does not parse is the port's failure, as in verify: not a
+    # missing runtime to skip (before: 2 skipped, exit 0). The first case carries the R error, the
+    # other points at it.
+    proc = run_pytest(tmp_path, *CONFORMANCE, "--port", f"r={SYNTAX_ERROR}", "--case", "softmax_[tr]*")
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, _out(proc)
+    assert "2 errors" in proc.stdout and "skipped" not in proc.stdout, _out(proc)
+    assert proc.stdout.count(f"r: cannot load port {SYNTAX_ERROR}") == 1, _out(proc)
+    assert f"r: the port {SYNTAX_ERROR} did not load: its error is in the failure of " in proc.stdout
 
 
 def test_the_plugin_loads_by_entry_point_or_by_p_as_one_plugin(tmp_path: Path) -> None:
@@ -103,6 +122,12 @@ def test_under_xdist_the_zero_pass_rule_is_decided_on_the_controller(tmp_path: P
     assert one.returncode == 0, _out(one)
     assert "fixture cases passed per implementation: r: 2/4" in one.stdout
     assert "created: 2/2 workers" in one.stdout
+    # A pytest-split group of that run holding only an sdpa case (the third of three): the workers
+    # deselected the others, they tell the controller, and the rule is left to the whole run.
+    group = run_pytest(tmp_path, *args, "--case", "softmax_ties", "--splits", "3", "--group", "3", CI="true")
+    assert group.returncode == 0, _out(group)
+    assert "fixture cases passed per implementation: r: 0/1" in group.stdout, _out(group)
+    assert "which ran 1 of its 3 selected cases" in group.stdout and "refusing" not in group.stdout
 
 
 def test_the_contracts_pytest_command_runs_the_fixture_cases(tmp_path: Path) -> None:

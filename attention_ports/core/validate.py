@@ -319,7 +319,7 @@ def parse_header_literal(text: str) -> Any:
     while pos < end:
         m = _TOKEN.match(text, pos)
         if m is None or m.end() == pos:
-            raise ValueError(f"invalid syntax at character {pos + 1} of the header: {_short(text[pos:pos + 20])!r}")
+            raise ValueError(f"invalid syntax at character {pos + 1} of the header: {_short(text[pos : pos + 20])!r}")
         pos = m.end()
         if m["str"] is not None:
             tokens.append(("value", _unquote(m["str"])))

@@ -418,8 +418,7 @@ class RandomSource(CaseSource):
             try:
                 # every operation asked for and offered (declared) by the port, with why its tier has
                 # none (reading the declaration loads the port: before the run, so its load error is one)
-                asked = self.generated.offered_operations(impl, self.operations)
-                self.declared[name] = declared_entry(formats.get(fmt), asked)
+                self.declared[name] = self._declared(impl, formats.get(fmt))
                 run = self.generated.run_random(
                     name,
                     impl,
@@ -437,6 +436,15 @@ class RandomSource(CaseSource):
             results += run.results
             self._print_run(run, name, port)
         return results
+
+    def _declared(self, impl: Implementation, fmt: formats.Format) -> dict[str, Any]:
+        """``meta.declared``'s entry: the operations asked (``--op``, default all) that the port
+        offers and that the run draws cases of (a quota of 0 draws none: not asked), and those
+        the tier has no rules for, with why (declared_entry)."""
+        offered = self.generated.offered_operations(impl, self.operations)
+        in_tier = [op for op in offered if formats.not_in_tier(op, fmt) is None]
+        drawn = {op for op, q in (self.generated.quotas(self.examples, in_tier) if in_tier else {}).items() if q}
+        return declared_entry(fmt, [op for op in offered if op in drawn or op not in in_tier])
 
     def _create(self, name: str, port: Path | None) -> tuple[Implementation, str]:
         """The implementation and the precision it is judged in (as :func:`precision_groups`)."""

@@ -31,6 +31,12 @@ Within version 3 (readers keep working; the statuses are the same five words):
 - ``summary.ok`` is the verdict behind the exit status (``missing`` counts under ``--strict``, and
   under CI=true an implementation that passed zero cases fails it); new ``summary.complete`` (every
   case asked for ran and agreed) and ``summary.headline`` (the verdict line every report shows).
+
+Within version 4 (readers keep working):
+- ``summary.not_judged`` (implementation -> operation -> reason: the declared operations that got
+  no judged case at the run's tier) and ``meta.declared`` (what it is computed from);
+  ``summary.complete`` is false when an operation was not judged; a shard's ``summary.ok`` does
+  not apply CI=true's zero-pass rule (merge-reports does, on the merged run).
 """
 
 from __future__ import annotations

@@ -307,6 +307,9 @@ output_names(case::Case) = unique([a.name for a in case.arrays if a.kind == "exp
 # ------------------------------------------------------------------------------------------------
 # The port, loaded and called through ports/julia/worker.jl
 
+# The case that carries the port's load error: printed with it once, the other cases point at it.
+const LOAD_FAILURE_SHOWN = Ref("")
+
 mutable struct Port
     path::String
     mod::Union{Nothing,Module}
@@ -586,7 +589,13 @@ function run_case(dir::AbstractString, index::Index, port::Port, case::Case)
         e isa ErrorException || rethrow()
         return every("error", "case '$(case.id)': fixture error: $(e.msg)")
     end
-    isempty(port.failure) || return every("error", "case '$(case.id)': julia raised: $(port.failure)")
+    if !isempty(port.failure)  # the load error whole on the first case, a pointer to it on the others
+        if isempty(LOAD_FAILURE_SHOWN[])
+            LOAD_FAILURE_SHOWN[] = case.id
+            return every("error", "case '$(case.id)': julia raised: $(port.failure)")
+        end
+        return every("error", "case '$(case.id)': julia: the port $(port.path) did not load: its error is in case '$(LOAD_FAILURE_SHOWN[])'")
+    end
     if port.operations !== nothing && !(case.op in port.operations)
         return every("missing", "case '$(case.id)': $(case.op) is not among the operations $(port.path) declares (attention_ports)")
     end
@@ -837,7 +846,7 @@ function judge(opts::Options, dir::String, index::Index, cases::Vector{Case}, po
     declared = port.present ? "masked_query = $(port.masked_query)" : "no declaration"
     println("julia conformance: port $(port.path) ($declared), precision $(index.precision.name), ",
             "$(length(cases)) case(s) from $dir")
-    isempty(port.failure) || println(stderr, "julia: ", port.failure)
+    LOAD_FAILURE_SHOWN[] = ""  # a load error is printed with the first case, once
     runs = Run[]
     started = time()
     ts = Test.DefaultTestSet("julia conformance")

@@ -603,13 +603,22 @@ local(envir = .conformance, {
          err_over_bound = cmp$max_err_over_bound)
   }
 
+  load_failure_shown <- ""  # the case that carries the port's load error (printed once, not per case)
+
   run_case <- function(dir, index, bridge, port, case) {
     spec <- index$ops[[case$op]]
     output_names <- unique(vapply(Filter(function(a) a$kind == "expected", case$arrays), function(a) a$name, ""))
     every <- function(status, message) lapply(output_names, function(o) result(case, o, status, message))
     fixture <- tryCatch(load_case(dir, case, port$declaration$masked_query), error = function(e) e)
     if (inherits(fixture, "error")) return(list(outputs = every("error", sprintf("case '%s': fixture error: %s", case$id, conditionMessage(fixture)))))
-    if (nzchar(port$failure)) return(list(outputs = every("error", port$failure)))
+    if (nzchar(port$failure)) {  # the load error whole on the first case, a pointer to it on the others
+      if (!nzchar(load_failure_shown)) {
+        load_failure_shown <<- case$id
+        return(list(outputs = every("error", port$failure)))
+      }
+      return(list(outputs = every("error", sprintf("r: the port %s did not load: its error is in case '%s'",
+                                                   port$where, load_failure_shown))))
+    }
     declared <- port$declaration$operations
     if (!is.null(declared) && !case$op %in% declared) {
       return(list(outputs = every("missing", sprintf("case '%s': %s is not among the operations %s declares (attention_ports)",
@@ -812,7 +821,7 @@ local(envir = .conformance, {
     cat(sprintf("r conformance: port %s (%s), %d case(s) from %s\n", port$where,
                 if (port$declaration$present) sprintf("masked_query = %s", port$declaration$masked_query) else "no declaration",
                 length(cases), dir))
-    if (nzchar(port$failure)) message(port$failure)
+    load_failure_shown <<- ""  # (a load error is printed with the first case, once)
     runs <- list()
     started <- Sys.time()
     close_file <- function() {  # as testthat::test_dir ends a file

@@ -6,6 +6,7 @@ generated case kept (``--dump``) at a lower tier, is refused before anything run
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,14 @@ from attention_ports.fixtures import store as fixtures
 from attention_ports.spec.precision import fixtures_dir
 
 
-def test_verify_precision_float32_judges_the_reference_on_the_float32_tier(tmp_path: Path) -> None:
-    out = tmp_path / "r.json"
-    assert cli.main(["verify", "--precision", "float32", "--impl", "reference", "--quiet", "--json", str(out)]) == 0
-    doc = json.loads(out.read_text())
+def test_verify_precision_float32_judges_the_reference_on_the_float32_tier(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = {s: tmp_path / f"r.{s}" for s in ("json", "xml", "md", "html")}
+    targets = ["--json", out["json"], "--junit", out["xml"], "--markdown", out["md"], "--html", out["html"]]
+    argv = ["verify", "--precision", "float32", "--impl", "reference", "--quiet", *map(str, targets)]
+    assert cli.main(argv) == 0
+    doc = json.loads(out["json"].read_text())
     tier = fixtures_dir("float32")
     assert doc["meta"]["precision"] == "float32"
     assert doc["meta"]["fixtures"]["dir"] == str(tier.resolve())
@@ -26,6 +31,87 @@ def test_verify_precision_float32_judges_the_reference_on_the_float32_tier(tmp_p
     assert doc["summary"]["implementations"] == {"reference": {"pass": n}}
     # float32-sized errors: visible against the float32 bound (a float64 run's are ~1e-10 of it)
     assert doc["summary"]["accuracy"]["reference"]["scaled_dot_product_attention"]["err_over_bound"] > 1e-4
+    # gpt_train has no case at float32: every report names it with the reason, and the headline is
+    # not "PASS: all" over it (it was, before: a port author read that as "my GPT training is checked")
+    why = "no case certifies at float32 (docs/precision.md)"
+    headline = f"PASS for the {n} judged cases; not judged at float32: gpt_train (no case certifies at float32)"
+    assert doc["summary"]["not_judged"] == {"reference": {"gpt_train": why}}
+    assert doc["summary"]["headline"] == headline and not doc["summary"]["complete"] and doc["summary"]["ok"]
+    assert f"reference: gpt_train not judged at float32: {why}" in capsys.readouterr().out
+    assert f"- reference: gpt_train not judged at float32: {why}" in out["md"].read_text()
+    assert f"reference: gpt_train not judged at float32: {why}" in out["html"].read_text()
+    suite = ET.parse(out["xml"]).getroot().find("testsuite")
+    assert suite is not None
+    wanted = {"verdict", "not_judged.gpt_train"}
+    props = {p.get("name"): p.get("value") for p in suite.iter("property") if p.get("name") in wanted}
+    assert props == {"verdict": headline, "not_judged.gpt_train": why}
+
+
+def test_a_storage_tier_names_the_operations_it_holds_no_judged_case_of(capsys: pytest.CaptureFixture[str]) -> None:
+    """bfloat16: the GPT operations and the attention projections are not judged; the headline
+    says so in place of "PASS: all", the summary lines give each one's reason."""
+    argv = ["verify", "--precision", "bfloat16/float32", "--impl", "reference", "--case", "softmax_ties"]
+    argv += ["--case", "block_*", "--case", "gpt_train_*"]
+    assert cli.main([*argv, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    verdict = next(line for line in out.splitlines() if line.startswith("verdict: "))
+    assert verdict.startswith("verdict: PASS for the 1 judged cases; not judged at bfloat16/float32: ")
+    assert "gpt_train (no rounding points stated at bfloat16/float32 yet)" in verdict
+    assert "decoder_block (all 8 cases not applicable at bfloat16/float32)" in verdict
+    assert "PASS: all" not in out
+
+
+def test_a_run_that_judged_nothing_says_nothing_ran_and_fails_under_ci(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port declaring float32, generated gpt_train cases: the float32 tier has no rules for
+    gpt_train, so nothing is drawn. Before: "PASS: all 0 cases agree with the truth", exit 0, under
+    CI=true too."""
+    from tests.faults.conftest import check_runtime
+
+    check_runtime("julia")
+    monkeypatch.setenv("CI", "true")
+    port = Path(__file__).resolve().parents[1] / "data" / "ports" / "julia" / "ours_float32.jl"
+    argv = ["verify", "--random", "3", "--seed", "1", "--op", "gpt_train", "--port", f"julia={port}"]
+    assert cli.main(argv) == cli.EXIT_DISAGREE
+    out = capsys.readouterr().out
+    assert (
+        "NOTHING RAN: 0 of 0 cases; not judged at float32: gpt_train (no case certifies at float32) "
+        "(CI=true: a run must prove its cases ran)"
+    ) in out
+    assert "CI: no case passed on julia: refusing to call this run green" in out
+    assert "PASS" not in out
+
+
+def test_nothing_ran_is_never_pass_and_fails_under_ci_only_on_a_whole_run() -> None:
+    from attention_ports.report import Report
+
+    empty = Report([], {"implementations": ["reference"]})
+    assert empty.headline() == "NOTHING RAN: 0 of 0 cases" and empty.ok and not empty.complete
+    assert not Report([], {"implementations": ["reference"]}, ci=True).ok
+    assert not Report([], {}, ci=True).ok  # nothing asked at all is nothing judged either
+    shard = Report([], {"implementations": ["reference"], "shard": {"index": 1, "total": 2}}, ci=True)
+    assert shard.ok and shard.headline() == "NOTHING RAN: 0 of 0 cases"  # merge-reports judges the run
+
+
+def test_a_shard_that_passed_nothing_is_left_to_merge_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A softmax-only port, two shards under CI=true: the one holding only an sdpa case passes
+    nothing and fails nothing. Before: exit 1 "no case passed on r", though the merged run passes."""
+    from tests.faults.conftest import check_runtime
+
+    check_runtime("r")
+    monkeypatch.setenv("CI", "true")
+    port = Path(__file__).resolve().parents[1] / "data" / "ports" / "r" / "softmax_only.R"
+    argv = ["verify", "--port", f"r={port}", "--case", "softmax_ties", "--case", "sdpa_L2_d3", "--quiet"]
+    shard = tmp_path / "s1.json"
+    assert cli.main([*argv, "--shard", "2/2", "--json", str(shard)]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(shard.read_text())
+    assert [c["case"] for c in doc["cases"]] == ["sdpa_L2_d3"] and doc["summary"]["ok"]
+    assert "CI: shard 2/2 passed no case on r: the zero-pass rule is the whole run's, left to merge-reports" in out
+    assert "refusing" not in out
 
 
 def test_random_at_a_tier_refuses_an_operation_the_tier_has_no_rules_for(
