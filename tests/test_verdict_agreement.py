@@ -78,7 +78,7 @@ def expected_headline(counts: Counts, n: int, lang: str, ci: bool) -> str:
     if counts.failed:
         head = f"FAIL: {counts.failed} of {n} cases fail"
     elif ci and counts.passed == 0:
-        head = f"FAIL: {lang} passed zero cases (CI=true: a run must prove its cases ran)"
+        head = f"FAIL: NOTHING RAN: 0 of {n} cases; {lang} passed zero cases (CI=true: a run must prove its cases ran)"
     elif counts.passed == 0:
         head = f"NOTHING RAN: 0 of {n} cases"
     elif counts.missing:

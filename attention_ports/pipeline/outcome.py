@@ -42,8 +42,8 @@ def exit_status(report: Report, ports: Iterable[str], signum: int | None = None)
     # The report's verdict (model.Report.ok): a failure or error, a missing case under --strict, and
     # under CI=true an implementation that passed zero cases, or nothing judged at all (the pytest
     # plugin's rule), on a whole run: a shard's part proves nothing about the run.
-    if empty := report.ci_refusal():
-        if report.zero_pass():
+    if report.ci_refused():
+        if empty := report.zero_pass():
             print(f"CI: no case passed on {', '.join(empty)}: refusing to call this run green")
         else:
             print("CI: nothing was judged (NOTHING RAN): refusing to call this run green")

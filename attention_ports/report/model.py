@@ -124,12 +124,10 @@ class Report:
         there was nothing to run)."""
         return not any(r.status == "pass" or r.status in FAILING for r in self.results)
 
-    def ci_refusal(self) -> list[str]:
-        """Under CI=true, on a whole run: the implementations that passed zero cases (one
-        placeholder, ``(nothing)``, when nothing at all was asked for or judged). Empty otherwise."""
-        if not (self.ci and self.whole_run):
-            return []
-        return self.zero_pass() or (["(nothing)"] if self.nothing_judged() else [])
+    def ci_refused(self) -> bool:
+        """CI=true's rule, on a whole run: an implementation passed zero cases, or nothing at all
+        was judged (a run that asked for nothing proves nothing either)."""
+        return self.ci and self.whole_run and bool(self.zero_pass() or self.nothing_judged())
 
     @property
     def ok(self) -> bool:
@@ -137,7 +135,7 @@ class Report:
         passed something (on a whole run). Cases that did not run (``missing``, ``unavailable``) do
         not make it false (except ``missing`` under --strict); :attr:`complete` says whether
         everything ran."""
-        return not self.failures and not self.ci_refusal()
+        return not self.failures and not self.ci_refused()
 
     @property
     def complete(self) -> bool:
@@ -215,7 +213,8 @@ class Report:
         went unjudged; a run with nothing failing but cases that did not run says ``PASS for P of
         N; ...`` and what did not run, one whose every case passed but that left declared
         operations unjudged ``PASS for the N judged ...; not judged at float32: gpt_train (...)``
-        (``NOTHING RAN: 0 of N; ...`` when no case was judged, also under CI=true, where it fails);
+        (``NOTHING RAN: 0 of N; ...`` when no case was judged; under CI=true, where that fails,
+        ``FAIL: NOTHING RAN: 0 of N ...; r passed zero cases (CI=true: ...)``);
         otherwise ``FAIL: ...`` with the failures, the implementations that passed nothing under
         CI, and what did not run. N counts implementation x case results (cases, with one
         implementation).
@@ -235,19 +234,23 @@ class Report:
         if unjudged := self.not_judged_text():
             rest += f"; {unjudged}"
         failed = sum(r.status in FAILING for r in self.results)
-        refused = self.ci_refusal()
+        refused = self.ci_refused()
         why_ci = " (CI=true: a run must prove its cases ran)"
         if self.complete:
             return f"PASS: all {n} {unit} agree with the truth"
-        if not failed and not passed:  # nothing failed because nothing ran: no PASS at all
-            return f"NOTHING RAN: 0 of {n} {unit}{rest}" + (why_ci if refused else "")
+        if not failed and not passed and not refused:  # nothing failed because nothing ran: no PASS at all
+            return f"NOTHING RAN: 0 of {n} {unit}{rest}"
         if self.ok:
             if passed == n and not self.interrupted:  # all judged passed; only operations left out
                 return f"PASS for the {n} judged {unit}{rest}"
             return f"PASS for {passed} of {n} {unit}{rest}"
         parts = [f"{failed} of {n} {unit} fail"] if failed else []
-        if refused:
-            parts.append(f"{', '.join(refused)} passed zero cases{why_ci}")
+        if not failed and not passed:  # under CI=true a run that judged nothing fails: it says both
+            parts.append(f"NOTHING RAN: 0 of {n} {unit}")
+        if refused and (empty := self.zero_pass()):
+            parts.append(f"{', '.join(empty)} passed zero cases{why_ci}")
+        elif refused:
+            parts[-1] += why_ci
         return f"FAIL: {'; '.join(parts) or f'{passed} of {n} {unit} pass'}{rest}"
 
     def counts(self) -> dict[str, Counter[str]]:

@@ -76,8 +76,8 @@ def test_a_run_that_judged_nothing_says_nothing_ran_and_fails_under_ci(
     assert cli.main(argv) == cli.EXIT_DISAGREE
     out = capsys.readouterr().out
     assert (
-        "NOTHING RAN: 0 of 0 cases; not judged at float32: gpt_train (no case certifies at float32) "
-        "(CI=true: a run must prove its cases ran)"
+        "FAIL: NOTHING RAN: 0 of 0 cases; julia passed zero cases (CI=true: a run must prove its cases ran); "
+        "not judged at float32: gpt_train (no case certifies at float32)"
     ) in out
     assert "CI: no case passed on julia: refusing to call this run green" in out
     assert "PASS" not in out
@@ -89,7 +89,9 @@ def test_nothing_ran_is_never_pass_and_fails_under_ci_only_on_a_whole_run() -> N
     empty = Report([], {"implementations": ["reference"]})
     assert empty.headline() == "NOTHING RAN: 0 of 0 cases" and empty.ok and not empty.complete
     assert not Report([], {"implementations": ["reference"]}, ci=True).ok
-    assert not Report([], {}, ci=True).ok  # nothing asked at all is nothing judged either
+    nothing = Report([], {}, ci=True)  # nothing asked at all is nothing judged either
+    assert not nothing.ok
+    assert nothing.headline() == "FAIL: NOTHING RAN: 0 of 0 cases (CI=true: a run must prove its cases ran)"
     shard = Report([], {"implementations": ["reference"], "shard": {"index": 1, "total": 2}}, ci=True)
     assert shard.ok and shard.headline() == "NOTHING RAN: 0 of 0 cases"  # merge-reports judges the run
 
