@@ -251,8 +251,26 @@ def select_entries(
         return entries
     chosen = [e for e in entries if any(fnmatch.fnmatchcase(e["id"], g) for g in globs)]
     if not chosen:
-        raise FixtureError(f"no case in {fixtures_dir} matches {' or '.join(globs)}")
+        why = _why_not_in_tier(fixtures_dir, globs)
+        raise FixtureError(f"no case in {fixtures_dir} matches {' or '.join(globs)}{why}")
     return chosen
+
+
+def _why_not_in_tier(fixtures_dir: Path, globs: list[str]) -> str:
+    """For a lower tier's folder: why the catalogue's cases that the globs match are not in it
+    (``--case 'gpt_train*' --precision float32``: "gpt_train: no case certifies at float32")."""
+    from attention_ports.fixtures.store import REPO_FIXTURES
+
+    fmt = precision.of_fixtures(fixtures_dir)
+    if fmt.name == precision.DEFAULT:
+        return ""
+    try:
+        main = [e for e in iter_entries(REPO_FIXTURES) if any(fnmatch.fnmatchcase(e["id"], g) for g in globs)]
+    except FixtureError:
+        return ""
+    applicable = f"not applicable at {fmt.name} (the tier manifest's truth.not_applicable says why)"
+    ops = dict.fromkeys(e["op"] for e in main)
+    return "".join(f"; {op}: {precision.not_in_tier(op, fmt) or applicable}" for op in ops)
 
 
 Progress = Callable[[str, int, int, str], None]

@@ -138,6 +138,11 @@ def test_random_at_a_tier_refuses_an_operation_the_tier_has_no_rules_for(
         (["--precision", "float32", "--random", "3", "--dump", "kept"], "--dump writes float64 fixtures"),
         (["--precision", "bfloat16/float32", "--random", "3"], "--random judges float64 and float32: not"),
         (["--precision", "float16", "--tier", "scale"], "--tier scale judges float64 and float32: not"),
+        # a case of an operation the tier leaves out: the refusal says why (before: only "no case matches")
+        (
+            ["--precision", "float32", "--case", "gpt_train*"],
+            "matches gpt_train*; gpt_train: no case certifies at float32",
+        ),
     ],
 )
 def test_a_bad_precision_is_refused_before_the_run(
