@@ -40,7 +40,7 @@ from typing import Any
 from attention_ports.core import progress
 from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries, read_manifest
 from attention_ports.judge.results import CaseResult, OutputResult
-from attention_ports.judge.runner import in_ci, run_suite, select_entries
+from attention_ports.judge.runner import in_ci, load_port, run_suite, select_entries
 from attention_ports.judge.runner import offered_operations as runner_offered
 from attention_ports.pipeline import shards
 from attention_ports.report import Report, accuracy_table, failure_details, summary_lines, table
@@ -416,8 +416,7 @@ class RandomSource(CaseSource):
                 results.append(CaseResult(name, "(generated cases)", "-", [out]))
                 continue
             try:
-                # every operation asked for and offered (declared) by the port, with why its tier has
-                # none (reading the declaration loads the port: before the run, so its load error is one)
+                # every operation asked for and offered (declared) by the port, with why its tier has none
                 self.declared[name] = self._declared(impl, formats.get(fmt))
                 run = self.generated.run_random(
                     name,
@@ -447,7 +446,18 @@ class RandomSource(CaseSource):
         return declared_entry(fmt, [op for op in offered if op in drawn or op not in in_tier])
 
     def _create(self, name: str, port: Path | None) -> tuple[Implementation, str]:
-        """The implementation and the precision it is judged in (as :func:`precision_groups`)."""
+        """The implementation, its port loaded (a port that cannot load is ImplementationUnavailable,
+        as one whose runtime cannot start: judge.runner.load_port), and the precision it is judged
+        in (as :func:`precision_groups`)."""
+        impl, fmt = self._made(name, port)
+        try:
+            load_port(impl)
+        except ImplementationUnavailable:
+            impl.close()
+            raise
+        return impl, fmt
+
+    def _made(self, name: str, port: Path | None) -> tuple[Implementation, str]:
         if self.precision is not None:
             if name == "r" and self.precision != formats.DEFAULT:
                 print(f"r: R computes in double only; the R port runs in float64 and is judged at {self.precision}")

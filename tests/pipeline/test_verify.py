@@ -83,6 +83,18 @@ def test_a_run_that_judged_nothing_says_nothing_ran_and_fails_under_ci(
     assert "PASS" not in out
 
 
+def test_a_generated_run_of_a_port_that_cannot_load_is_the_ports_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """Its load error once, exit 1 (before: exit 3, "a bug in attention-ports": the lazily loaded
+    Julia port failed while its declaration was read)."""
+    from tests.faults.conftest import check_runtime
+
+    check_runtime("julia")
+    bad = Path(__file__).resolve().parents[1] / "data" / "ports" / "julia" / "syntax_error.jl"
+    assert cli.main(["verify", "--random", "1", "--seed", "1", "--port", f"julia={bad}"]) == cli.EXIT_DISAGREE
+    out = capsys.readouterr().out
+    assert out.count(f"cannot load {bad}") == 1 and "FAIL: 1 of 1 cases fail" in out, out
+
+
 def test_nothing_ran_is_never_pass_and_fails_under_ci_only_on_a_whole_run() -> None:
     from attention_ports.report import Report
 
