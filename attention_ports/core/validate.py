@@ -84,6 +84,24 @@ def _load_schema(name: str) -> dict[str, Any]:
 
 MANIFEST_SCHEMA: dict[str, Any] = _load_schema("manifest.schema.json")
 CATALOGUE_SCHEMA: dict[str, Any] = _load_schema("catalogue.schema.json")
+# A JSON report read back (merge-reports' shards): attention_ports/report/json_report.py reads it.
+REPORT_SCHEMA: dict[str, Any] = _load_schema("report.schema.json")
+
+
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with every local ``#/$defs/NAME`` reference replaced by its definition (a schema
+    without recursive definitions): the same checks, twice as fast to run (jsonschema resolves a
+    ``$ref`` at every use; a report read back has thousands of rows)."""
+    defs = schema.get("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(defs[node["$ref"].removeprefix("#/$defs/")])
+            return {k: inline(v) for k, v in node.items() if k != "$defs"}
+        return [inline(x) for x in node] if isinstance(node, list) else node
+
+    return inline(schema)
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -179,6 +197,21 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "special file"
+
+
+# A JSON string (its escapes included), skipped whole when counting brackets.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def check_nesting(path: Path, text: str, max_depth: int, error: Error) -> None:
+    """``text`` nests its arrays and objects at most ``max_depth`` deep, checked before parsing:
+    json.loads recurses once per level, so a document 100,000 deep would be a RecursionError."""
+    depth = 0
+    for m in _BRACKET.finditer(_JSON_STRING.sub('""', text)):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > max_depth:
+            raise error(f"{path}: arrays and objects nested more than {max_depth} deep; refusing to parse it")
 
 
 def read_json(path: Path, max_bytes: int, error: Error, what: str) -> Any:

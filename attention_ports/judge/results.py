@@ -99,7 +99,7 @@ class CaseResult:
     seconds: float = 0.0
     repro: str = ""
     fixture_error: str = ""  # the case's fixture files are bad (bad input, not the implementation's fault)
-    # What a tier adds to a case (JSON report format 4's ``cases[].extra``): a scale case's call time
+    # What a tier adds to a case (JSON report format 5's ``cases[].extra``): a scale case's call time
     # and peak memory, a generated case's seed; empty for the catalogue's cases.
     extra: dict[str, Any] = field(default_factory=dict)
 

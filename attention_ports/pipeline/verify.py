@@ -96,16 +96,19 @@ def verify_meta(
     **extra: Any,
 ) -> dict[str, Any]:
     """A verify report's ``meta``: the tier, what ran, on which fixtures, with which versions, and
-    what the tier adds (``random``: seed and profile; ``scale``; ``shard``)."""
-    return {
+    what the tier adds (``random``: seed and profile; ``scale``; ``shard``); the sha256 of every
+    port file and the run's id (attention_ports/pipeline/shards.py: merge-reports refuses mixtures)."""
+    meta = {
         "tier": tier,
         "strict": strict,
         "implementations": impls,
         "ports": {k: str(v) for k, v in ports.items()},
+        "ports_sha256": shards.port_hashes(ports),
         "versions": doctor.runtime_versions(impls),
         "fixtures": fixtures_meta(fixtures_dir),
         **extra,
     }
+    return {**meta, "run_id": shards.run_id(meta)}
 
 
 # --------------------------------------------------------------------- case sources
@@ -201,7 +204,7 @@ class CatalogueSource(CaseSource):
         return self.dir
 
     def meta(self) -> dict[str, Any]:
-        return {} if self.precision is None else {"precision": self.precision}
+        return {"selection": self.globs, **({} if self.precision is None else {"precision": self.precision})}
 
     def units(self) -> list[Unit]:
         return [Unit(str(e.get("id", "?")), catalogue_cost(e)) for e in select_entries(self.dir, self.globs)]
@@ -463,7 +466,11 @@ class ScaleSource(CaseSource):
                 harness_peak_rss_bytes=r.harness_peak_rss,
                 describe=r.describe,
             )
-        return {**({} if self.precision is None else {"precision": self.precision}), "scale": out}
+        return {
+            "selection": self.globs,
+            **({} if self.precision is None else {"precision": self.precision}),
+            "scale": out,
+        }
 
     def run(self, sel: Selection, only: list[str] | None, stop: threading.Event) -> list[CaseResult]:
         if only == []:

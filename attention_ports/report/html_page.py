@@ -20,6 +20,10 @@ from attention_ports.report.model import CONVENTION_LEGEND, Report, cause, cell_
 
 MAX_SLICES = 4  # heads of a 3-D output drawn per failure
 MAX_FAILURE_SECTIONS = 200
+NO_HEATMAPS = (
+    "No heatmaps: a merged report is rebuilt from the shards' JSON reports, which hold no arrays; each "
+    "shard's own page (verify --shard K/N --html F) draws them."
+)
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px; color: #1f2328; }
@@ -240,7 +244,12 @@ def render(report: Report) -> str:
     ]
     if failures:
         shared = shared_causes(failures)
-        body += ["<h2>Failures</h2>", _shared(shared), heatmap.legend()]
+        # The error scale heads the heatmaps; a merged report's failures have none (the arrays are
+        # not in the shards' JSON), so there it says where they are instead of an orphan legend.
+        drawn = any(o.arrays is not None for r in failures for o in r.outputs)
+        merged = "merged_from" in report.meta
+        legend = heatmap.legend() if drawn else f'<p class="meta">{_e(NO_HEATMAPS)}</p>' if merged else ""
+        body += ["<h2>Failures</h2>", _shared(shared), legend]
         body += [_failure(report, r, shared) for r in failures[:MAX_FAILURE_SECTIONS]]
         if len(failures) > MAX_FAILURE_SECTIONS:
             body.append(
