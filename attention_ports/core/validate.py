@@ -33,6 +33,10 @@ Bounds (``check_bounds``), per case, after loading: every element of every ``bou
 
 The catalogue (``schema_problems(raw, CATALOGUE_SCHEMA, ...)`` from ``catalogue.py``): types of
 every field, the input makers' fields, shapes of at most :data:`MAX_CATALOGUE_ELEMENTS` elements.
+
+A JSON report read back (``report/json_report.read_report``: ``merge-reports``' shards): a regular
+file under its size cap (``read_regular_file``), nested at most so deep (``check_nesting``,
+before parsing), then ``REPORT_SCHEMA`` (fixtures/schemas/report.schema.json).
 """
 
 from __future__ import annotations

@@ -10,17 +10,24 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import os
+import threading
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from attention_ports import cli
+from attention_ports.core import paths, validate
 from attention_ports.fixtures.store import REPO_FIXTURES
+from attention_ports.judge.results import OutputResult
 from attention_ports.pipeline import shards
 from attention_ports.pipeline import verify as pipeline
-from attention_ports.report import html_page
+from attention_ports.report import html_page, json_report
+from attention_ports.report.model import STATUSES
 from attention_ports.spec.catalogue import load_catalogue
+from attention_ports.spec.conventions import CONVENTIONS
 
 SAME_RUN = ("results", "cases", "summary", "agreement", "interrupted")
 
@@ -354,3 +361,109 @@ def test_the_merged_verdict_follows_the_run_rules(two_shards: list[Path], tmp_pa
     assert cli.main(["merge-reports", *map(str, paths)]) == 1
     assert "CI: no case passed on reference" in capsys.readouterr().out
     assert cli.main(["merge-reports", str(s1), str(s2)]) == 0
+
+
+# --------------------------------------------------------------------- hostile shard reports
+def _set(path: tuple, value: object) -> Callable[[dict], None]:
+    def edit(doc: dict) -> None:
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+
+    return edit
+
+
+def _drop(path: tuple) -> Callable[[dict], None]:
+    def edit(doc: dict) -> None:
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        del node[path[-1]]
+
+    return edit
+
+
+# Each was exit 3 ("a bug in attention-ports": TypeError, KeyError, AttributeError) or, for
+# ``results`` an object, nine cases turned into ERRORs blamed on the reference.
+HOSTILE = {
+    "meta_a_list": (_set(("meta",), []), "field 'meta': must be of type object, got []"),
+    "shard_without_index": (
+        _drop(("meta", "shard", "index")),
+        "field 'meta.shard': lacks the required field(s) 'index'",
+    ),
+    "index_a_list": (
+        _set(("meta", "shard", "index"), [1]),
+        "field 'meta.shard.index': must be of type integer, got [1]",
+    ),
+    "units_a_number": (_set(("meta", "shard", "units"), 7), "field 'meta.shard.units': must be of type array, got 7"),
+    "results_an_object": (_set(("results",), {"a": 1}), "field 'results': must be of type array"),
+    "agreement_cell_a_string": (
+        _set(("agreement", "reference", "reference"), "all"),
+        "field 'agreement.reference.reference': must be of type object, got 'all'",
+    ),
+    "a_status_unknown": (_set(("results", 0, "status"), "ok"), "results[0] (reference, "),
+    "index_past_total": (_set(("meta", "shard", "index"), 3), "field 'meta.shard.index' is larger than"),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_a_malformed_shard_report_is_exit_2_naming_the_file_and_field(
+    name: str, two_shards: list[Path], tmp_path: Path, capsys
+) -> None:
+    edit, message = HOSTILE[name]
+    doc = json.loads(two_shards[0].read_text())
+    edit(doc)
+    bad = _write(tmp_path / f"{name}.json", doc)
+    err = _refused(capsys, bad, two_shards[1])
+    assert f"{bad}" in err and message in err, err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+def test_a_shard_report_nested_100000_deep_is_refused_before_parsing(tmp_path: Path, capsys) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"version": 5, "meta": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    err = _refused(capsys, deep)
+    assert f"{deep}: arrays and objects nested more than {json_report.MAX_REPORT_DEPTH} deep" in err
+
+
+def test_a_shard_report_over_the_size_cap_is_not_read(two_shards, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(json_report, "MAX_REPORT_BYTES", 1000)
+    err = _refused(capsys, two_shards[0], two_shards[1])
+    assert f"{two_shards[0]}: {two_shards[0].stat().st_size} bytes, more than the 1000 a JSON report may have" in err
+
+
+def test_dev_zero_as_a_shard_report_is_refused_unread(capsys) -> None:
+    """It was a MemoryError after eating the machine's memory (a shard report had no size cap)."""
+    err = _refused(capsys, Path("/dev/zero"))
+    assert "/dev/zero: not a regular file (a character device); refusing to read it" in err
+
+
+def test_a_fifo_as_a_shard_report_is_refused_at_once(tmp_path: Path, capsys) -> None:
+    """merge-reports given a FIFO nobody writes blocked for ever; in a thread with a deadline, so
+    that a regression fails this test instead of hanging the suite."""
+    fifo = tmp_path / "shard-1.json"
+    os.mkfifo(fifo)
+    codes: list[int] = []
+    worker = threading.Thread(target=lambda: codes.append(cli.main(["merge-reports", str(fifo)])), daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    if worker.is_alive():
+        try:  # a writer that closes at once: the blocked open() returns and reads an empty file
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+        worker.join(timeout=20)
+        pytest.fail("merge-reports blocked on a FIFO nobody writes")
+    assert codes == [2]
+    assert f"{fifo}: not a regular file (a FIFO); refusing to read it" in capsys.readouterr().err
+
+
+def test_the_report_schema_is_the_shipped_file_and_names_the_codes_statuses_and_conventions() -> None:
+    shipped = json.loads((paths.FIXTURES / "schemas" / "report.schema.json").read_text(encoding="utf-8"))
+    assert validate.REPORT_SCHEMA == shipped
+    assert shipped["properties"]["version"]["const"] == json_report.REPORT_VERSION
+    assert shipped["$defs"]["status"]["enum"] == list(STATUSES)
+    assert shipped["$defs"]["output"]["properties"]["masked_query"]["enum"] == [None, *CONVENTIONS]
+    written = set(shipped["$defs"]["output"]["required"])
+    assert written == set(OutputResult("i", "c", "o", "pass").as_json()) - set(json_report.CASE_FIELDS)
