@@ -218,11 +218,19 @@ def check_nesting(path: Path, text: str, max_depth: int, error: Error) -> None:
             raise error(f"{path}: arrays and objects nested more than {max_depth} deep; refusing to parse it")
 
 
-def read_json(path: Path, max_bytes: int, error: Error, what: str) -> Any:
+def read_json(path: Path, max_bytes: int, error: Error, what: str, max_depth: int | None = None) -> Any:
+    """A JSON file through :func:`read_regular_file`; ``max_depth``: refused when nested deeper
+    (:func:`check_nesting`, before parsing)."""
     data = read_regular_file(path, max_bytes, error, what)
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not valid JSON: {exc}") from exc
+    if max_depth is not None:
+        check_nesting(path, text, max_depth, error)
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, ValueError) as exc:
         raise error(f"{path}: not valid JSON: {exc}") from exc
 
 

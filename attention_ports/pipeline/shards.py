@@ -194,7 +194,10 @@ def _differ(key: str, a: Any, b: Any) -> str:
             fa, fb = a.get(impl) or {}, b.get(impl) or {}
             changed = [f for f in sorted(set(fa) | set(fb)) if fa.get(f) != fb.get(f)]
             diffs += [f"{impl}: {f} {str(fa.get(f))[:12]} vs {str(fb.get(f))[:12]}" for f in changed[:3]]
-        return "; ".join(diffs)
+            if impl not in a or impl not in b:
+                diffs.append(f"{impl}: a port in one, none in the other")
+        if diffs:
+            return "; ".join(diffs)
     text = f"{a!r} and {b!r}"
     return text if len(text) <= 300 else text[:297] + "..."
 

@@ -135,16 +135,7 @@ def read_report(path: Path) -> dict[str, Any]:
     device is refused at once, unread) of at most MAX_REPORT_BYTES, nested at most
     MAX_REPORT_DEPTH deep, JSON, of format REPORT_VERSION, and every field a reader uses of its
     type (fixtures/schemas/report.schema.json). Anything else is :class:`ReportError`."""
-    data = validate.read_regular_file(path, MAX_REPORT_BYTES, ReportError, "JSON report")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ReportError(f"{path}: not a JSON report (not UTF-8 text: {exc})") from None
-    validate.check_nesting(path, text, MAX_REPORT_DEPTH, ReportError)
-    try:
-        doc = json.loads(text, parse_constant=validate._reject_constant)
-    except ValueError as exc:  # json.JSONDecodeError included
-        raise ReportError(f"{path}: not valid JSON: {exc}") from None
+    doc = validate.read_json(path, MAX_REPORT_BYTES, ReportError, "JSON report", max_depth=MAX_REPORT_DEPTH)
     if not isinstance(doc, dict):
         raise ReportError(f"{path}: not a JSON report (a {type(doc).__name__}, not an object)")
     if doc.get("version") != REPORT_VERSION:
