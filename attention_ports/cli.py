@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import signal
 import sys
 import threading
@@ -93,15 +94,29 @@ def graceful_stop() -> Iterator[dict]:
             signal.signal(sig, old)
 
 
+PORT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
 def parse_port(text: str) -> tuple[str, Path]:
+    """``r=FILE`` / ``julia=FILE`` (a port file), or ``NAME=PROGRAM`` for any other NAME: a port run
+    as a command, PROGRAM an executable, a .py file or a .toml manifest (docs/protocol.md)."""
     name, sep, path = text.partition("=")
-    if not sep or name not in registry.PORTABLE or not path:
+    builtin = [n for n in registry.IMPLEMENTATIONS if n not in registry.PORTABLE]
+    if not sep or not path or not PORT_NAME.fullmatch(name) or name in builtin:
         raise argparse.ArgumentTypeError(
-            f"--port takes NAME=PATH with NAME one of {', '.join(registry.PORTABLE)}; got {text!r}"
+            f"--port takes NAME=PATH: {' or '.join(registry.PORTABLE)} with a port file, or any other "
+            f"lower-case name (not {', '.join(builtin)}) with a port program or manifest; got {text!r}"
         )
     p = Path(path).expanduser()
     if not p.is_file():
         raise argparse.ArgumentTypeError(f"--port {name}: no such file: {p}")
+    if registry.is_command(name):
+        from attention_ports.runtimes.command import manifest
+
+        try:
+            manifest.load(p)
+        except manifest.ManifestError as exc:
+            raise argparse.ArgumentTypeError(f"--port {name}: {exc}") from None
     return name, p.resolve()
 
 
@@ -121,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="run implementations on the fixtures and report agreement")
     v.add_argument("--impl", action="append", choices=DEFAULT_IMPLS, help="implementation (repeatable; default: all)")
     v.add_argument("--case", action="append", default=[], help="case id or glob (repeatable; default: all)")
-    v.add_argument("--port", action="append", type=parse_port, default=[], help="NAME=PATH: a user's R or Julia port")
+    v.add_argument("--port", action="append", type=parse_port, default=[], help="NAME=PATH: a user's R or Julia port (r=FILE, julia=FILE), or a port program or manifest under any other NAME (docs/protocol.md)",
+    )
     v.add_argument("--dir", type=Path, default=REPO_FIXTURES, help="fixture folder")
     v.add_argument(
         "--precision",
