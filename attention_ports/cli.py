@@ -136,7 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="run implementations on the fixtures and report agreement")
     v.add_argument("--impl", action="append", choices=DEFAULT_IMPLS, help="implementation (repeatable; default: all)")
     v.add_argument("--case", action="append", default=[], help="case id or glob (repeatable; default: all)")
-    v.add_argument("--port", action="append", type=parse_port, default=[], help="NAME=PATH: a user's R or Julia port (r=FILE, julia=FILE), or a port program or manifest under any other NAME (docs/protocol.md)",
+    v.add_argument(
+        "--port",
+        action="append",
+        type=parse_port,
+        default=[],
+        help="NAME=PATH: a user's R or Julia port (r=FILE, julia=FILE), or a port program or manifest under any "
+        "other NAME (docs/protocol.md)",
     )
     v.add_argument("--dir", type=Path, default=REPO_FIXTURES, help="fixture folder")
     v.add_argument(

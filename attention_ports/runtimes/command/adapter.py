@@ -93,7 +93,9 @@ class CommandDeclaration:
         if raw is None:
             raw = {}
         if not isinstance(raw, dict):
-            raise DeclarationError(f"{where}: the greeting's declaration must be a group (T) or nothing (N); got {raw!r}")
+            raise DeclarationError(
+                f"{where}: the greeting's declaration must be a group (T) or nothing (N); got {raw!r}"
+            )
         common = {k: v for k, v in raw.items() if k not in COMMAND_FIELDS}
         self.common: Declaration = declaration.parse(common, where, "command") if common else declaration.NONE
         version = int(_one(raw, "protocol", VERSION, (int, np.integer), where))
@@ -102,7 +104,9 @@ class CommandDeclaration:
         self.language: str = _one(raw, "language", default_language, str, where)
         self.layout: str = _one(raw, "layout", "row-major", str, where)
         if self.layout not in LAYOUTS:
-            raise DeclarationError(f"{where}: attention_ports.layout = {self.layout!r} is not one of {', '.join(LAYOUTS)}")
+            raise DeclarationError(
+                f"{where}: attention_ports.layout = {self.layout!r} is not one of {', '.join(LAYOUTS)}"
+            )
         self.index_base = int(_one(raw, "index_base", 0, (int, np.integer), where))
         if self.index_base not in (0, 1):
             raise DeclarationError(f"{where}: attention_ports.index_base = {self.index_base} is not 0 or 1")
@@ -279,11 +283,15 @@ class CommandImplementation(Implementation):
                 a = a.astype(np.float64) - self.declared.index_base
             elif a.dtype.kind not in "f":
                 kind = "logical" if a.dtype == np.bool_ else "integer"
-                raise ImplementationError(f"{spec.name}: output '{name}' is a {kind} array; the contract wants real numbers")
+                raise ImplementationError(
+                    f"{spec.name}: output '{name}' is a {kind} array; the contract wants real numbers"
+                )
             out[name] = a.astype(np.float64)  # float32 / float16 / bfloat16 widen exactly
         if not out:
             got = ", ".join(repr(n) for n in results) or "nothing"
-            raise ImplementationError(f"{spec.name} returned none of its outputs (it returned: {got}); expected {wanted}")
+            raise ImplementationError(
+                f"{spec.name} returned none of its outputs (it returned: {got}); expected {wanted}"
+            )
         return out
 
     def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
@@ -297,7 +305,9 @@ class CommandImplementation(Implementation):
         except OperationMissing:
             if declared.operations is None:
                 raise
-            raise ImplementationError(f"{op} is declared in the operations of {where} but the port answers it is missing") from None
+            raise ImplementationError(
+                f"{op} is declared in the operations of {where} but the port answers it is missing"
+            ) from None
         self.last_seconds = results.seconds
         return self.unpack(spec, results.arrays)
 

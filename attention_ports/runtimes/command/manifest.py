@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import os
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 FIELDS = ("language", "command", "build", "declaration", "build_timeout")
 DEFAULT_BUILD_TIMEOUT = 300.0  # seconds: a compiler from cold
@@ -77,14 +78,16 @@ def _load_toml(path: Path) -> Manifest:
         raise ManifestError(f"{path}: not valid TOML: {exc}") from None
     unknown = [k for k in raw if k not in FIELDS]
     if unknown:
-        raise ManifestError(f"{path}: unknown field(s) {', '.join(map(repr, unknown))}; the fields are {', '.join(FIELDS)}")
+        raise ManifestError(
+            f"{path}: unknown field(s) {', '.join(map(repr, unknown))}; the fields are {', '.join(FIELDS)}"
+        )
     if "command" not in raw:
         raise ManifestError(f"{path}: no command: write command = [\"./my_port\"] (docs/protocol.md, 'Manifest')")
     command = _argv(raw["command"], path, "command")
     build = _argv(raw["build"], path, "build") if "build" in raw else ()
     language = raw.get("language", Path(command[0]).name)
     if not isinstance(language, str) or not language:
-        raise ManifestError(f"{path}: language must be a name such as \"c\", got {language!r}")
+        raise ManifestError(f'{path}: language must be a name such as "c", got {language!r}')
     declared = raw.get("declaration")
     if declared is not None and not isinstance(declared, dict):
         raise ManifestError(f"{path}: declaration must be a table ([declaration]), got {declared!r}")
