@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the kit: ports/kits/python
-from attention_port import serve  # noqa: E402
+from attention_port import serve
 
 
 def softmax(x):
@@ -32,7 +32,9 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
     return {"output": weights @ v, "weights": weights}
 
 
-def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, num_heads, b_q=None, b_k=None, b_v=None, b_o=None, mask=None):
+def multi_head_attention(
+    query, key, value, w_q, w_k, w_v, w_o, num_heads, b_q=None, b_k=None, b_v=None, b_o=None, mask=None
+):
     def project(x, w, b):
         return x @ w if b is None else x @ w + b
 
