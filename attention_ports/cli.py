@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import re
 import signal
 import sys
@@ -92,6 +93,16 @@ def graceful_stop() -> Iterator[dict]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
 PORT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
@@ -212,6 +223,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("setup", help="install a runtime with the packaged installer (R + rpy2, or Julia)")
     s.add_argument("runtime", choices=installers.RUNTIMES)
+
+    cp = sub.add_parser(
+        "check-port", help="probe a port program's handling of the protocol and say what is wrong (docs/protocol.md)"
+    )
+    cp.add_argument(
+        "port_command",
+        nargs="+",
+        metavar="COMMAND",
+        help="the port: a program, a .py file or a .toml manifest, or a command line (after --)",
+    )
+    cp.add_argument("--timeout", type=seconds, default=10.0, help="seconds the port has for each probe (default 10)")
 
     i = sub.add_parser("init", help="write a port skeleton with every contract operation as a stub")
     i.add_argument("language", choices=skeleton.LANGUAGES)
@@ -471,6 +493,12 @@ def cmd_mutation(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+def cmd_check_port(args: argparse.Namespace) -> int:
+    from attention_ports.runtimes.command import check
+
+    return check.main(args.port_command, args.timeout)
+
+
 def entry() -> int:
     """The ``attention-ports`` console script: :func:`main` in a process that adopts what its
     workers orphan (a child subreaper, attention_ports/runtimes/reaper.py says why only here)."""
@@ -491,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         "doctor": lambda a: doctor.main(a.need),
         "setup": lambda a: installers.main(a.runtime),
         "init": lambda a: skeleton.main(a.language, a.path),
+        "check-port": cmd_check_port,
     }
     try:
         with _sigterm_unwinds():

@@ -122,7 +122,7 @@ class BFloat16:
 
 
 def _bf16_bits(values: np.ndarray) -> np.ndarray:
-    bits = np.ascontiguousarray(values, dtype=_LE_F4).view("<u4")
+    bits = np.array(values, dtype=_LE_F4, order="C").view("<u4")  # np.array keeps a 0-D array 0-D
     if np.any(bits & 0xFFFF):
         raise ValueError("a BFloat16 value that is not a bfloat16 number (its low 16 bits are not zero)")
     return (bits >> 16).astype(_LE_U2)
@@ -334,7 +334,7 @@ class Reader:
         flat = np.frombuffer(self.data, dtype=dtype, count=count, offset=offset) if count else np.empty(0, dtype)
         a = flat.reshape(shape, order="F")  # the sender's own shape and memory order: no copy
         if tag == b"w":  # bfloat16: the upper half of a float32 (exact)
-            return (a.astype("<u4") << 16).view(_LE_F4)
+            return np.asarray(a.astype("<u4") << 16).view(_LE_F4)  # asarray: a 0-D shift is a scalar
         return a.astype(bool) if tag == b"K" else a
 
     def value(self, depth: int = 0) -> Any:

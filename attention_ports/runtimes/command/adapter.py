@@ -71,6 +71,38 @@ def limits(**overrides: float | int | None) -> Limits:
     return Limits.from_env(ENV_PREFIX, **DEFAULT_LIMITS).but(**overrides)
 
 
+def build(m: manifests.Manifest, name: str) -> None:
+    """The manifest's build step, in its folder with a ``$TMPDIR`` of its own, its output captured
+    (shown when it fails): ImplementationUnavailable."""
+    if not m.build:
+        return
+    with tempfile.TemporaryDirectory(prefix="attention-ports-build-") as tmp:
+        env = {**os.environ, "TMPDIR": tmp}
+        try:
+            done = subprocess.run(
+                list(m.build),
+                cwd=m.folder,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=m.build_timeout,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ImplementationUnavailable(f"{name}: cannot run the build step of {m.where}: {exc}") from None
+        except subprocess.TimeoutExpired as exc:
+            out = output_section((exc.output or b"").decode(errors="replace"))
+            raise ImplementationUnavailable(
+                f"{name}: the build step of {m.where} did not finish within {m.build_timeout:g}s{out}"
+            ) from None
+    if done.returncode != 0:
+        out = output_section(done.stdout.decode(errors="replace"))
+        raise ImplementationUnavailable(
+            f"{name}: the build step of {m.where} ({' '.join(m.build)}) failed with exit code {done.returncode}{out}"
+        )
+
+
 def _one(raw: dict[str, Any], key: str, default: Any, kind: type | tuple[type, ...], where: str) -> Any:
     value = raw.get(key, default)
     if isinstance(value, list) and len(value) == 1:  # a length-1 vector (an Octave cell, an R vector)
@@ -137,7 +169,7 @@ class CommandImplementation(Implementation):
             raise ImplementationUnavailable(f"{name}: {exc}") from None
         self.precision_override = precision
         self._declared: CommandDeclaration | None = None
-        self._build()
+        build(self.manifest, name)
         self._supervisor = Supervisor(
             name,
             self.manifest.command,
@@ -152,38 +184,6 @@ class CommandImplementation(Implementation):
             self._supervisor.close()
             raise ImplementationUnavailable(str(exc)) from None
         self._description = hello.message
-
-    def _build(self) -> None:
-        """The manifest's build step, in its folder, its output captured (shown when it fails)."""
-        m = self.manifest
-        if not m.build:
-            return
-        with tempfile.TemporaryDirectory(prefix="attention-ports-build-") as tmp:
-            env = {**os.environ, "TMPDIR": tmp}
-            try:
-                done = subprocess.run(
-                    list(m.build),
-                    cwd=m.folder,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    timeout=m.build_timeout,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise ImplementationUnavailable(f"{self.name}: cannot run the build step of {m.where}: {exc}") from None
-            except subprocess.TimeoutExpired as exc:
-                out = output_section((exc.output or b"").decode(errors="replace"))
-                raise ImplementationUnavailable(
-                    f"{self.name}: the build step of {m.where} did not finish within {m.build_timeout:g}s{out}"
-                ) from None
-        if done.returncode != 0:
-            out = output_section(done.stdout.decode(errors="replace"))
-            raise ImplementationUnavailable(
-                f"{self.name}: the build step of {m.where} ({' '.join(m.build)}) failed with exit code "
-                f"{done.returncode}{out}"
-            )
 
     def _read_hello(self, hello: Reply) -> None:
         raw = hello.declaration if hello.declaration is not None else self.manifest.declaration

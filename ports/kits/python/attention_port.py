@@ -133,7 +133,7 @@ def _array(a: Any) -> bytes:
         a = a.astype(a.dtype.newbyteorder("<"))
     else:
         a, tag = a.astype("<f8"), b"A"  # bfloat16 arrays (ml_dtypes) and the like: their exact float64
-    a = np.ascontiguousarray(a)
+    a = a if a.flags.c_contiguous else a.copy(order="C")  # (np.ascontiguousarray makes 0-D arrays 1-D)
     return tag + struct.pack(f"<B{a.ndim}q", a.ndim, *a.shape[::-1]) + a.tobytes()
 
 
