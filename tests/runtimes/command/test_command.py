@@ -1,0 +1,197 @@
+"""Ports run as commands (``--port NAME=PROGRAM``): the C and Python kits' walkthrough ports pass
+every case of their three operations through the one pipeline, ``check-port`` finds nothing wrong
+with them and names what is wrong with a broken kit, and a port that hangs, crashes mid-reply or
+writes garbage where a reply belongs costs only its own case: the next cases pass, and no process
+is left behind.
+
+Cheap by design: the C programs are compiled once per session (~0.3 s); each port starts in
+milliseconds, so these tests take a few seconds in all.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attention_ports import cli
+from attention_ports.core import paths
+from attention_ports.fixtures.store import REPO_FIXTURES
+from attention_ports.judge.runner import run_suite
+from attention_ports.runtimes import registry
+from attention_ports.runtimes.command import check
+from attention_ports.runtimes.command.adapter import CommandImplementation
+from attention_ports.runtimes.impl import ImplementationUnavailable
+from tests.conftest import require
+from tests.faults.conftest import processes_with, zombies
+
+KITS = paths.PORTS / "kits"
+HERE = Path(__file__).parent
+# Every case of softmax, scaled_dot_product_attention and multi_head_attention.
+THREE_OPS = ["softmax_*", "sdpa_*", "mha_*", "seed002_masked_softmax", "seed002_*_shape", "seed001_mha_*"]
+N_CASES = 63
+
+
+def compile_c(source: Path, out: Path) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        require("cc", "no C compiler on PATH (apt-get install gcc)")
+    subprocess.run(
+        [cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{KITS / 'c'}", "-o", str(out), str(source), "-lm"],
+        check=True,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def c_port(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return compile_c(KITS / "c" / "example" / "port.c", tmp_path_factory.mktemp("c-kit") / "port")
+
+
+@pytest.fixture(scope="session")
+def c_faults(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return compile_c(HERE / "faults.c", tmp_path_factory.mktemp("c-faults") / "faults")
+
+
+PY_PORT = KITS / "python" / "example" / "port.py"
+
+
+def statuses(port: Path, name: str) -> dict[str, str]:
+    results = run_suite(REPO_FIXTURES, [name], {name: port}, THREE_OPS, required={name}, progress=None)
+    return {r.case: r.status for r in results}
+
+
+def test_the_c_kit_port_passes_every_case_of_its_three_operations(c_port: Path) -> None:
+    got = statuses(c_port, "c")
+    assert len(got) == N_CASES
+    assert set(got.values()) == {"pass"}, {k: v for k, v in got.items() if v != "pass"}
+
+
+def test_the_c_kit_header_compiles_as_cpp(tmp_path: Path) -> None:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        require("c++", "no C++ compiler on PATH")
+    subprocess.run(
+        [
+            cxx,
+            "-x",
+            "c++",
+            "-Wall",
+            "-Werror",
+            f"-I{KITS / 'c'}",
+            "-fsyntax-only",
+            str(KITS / "c" / "example" / "port.c"),
+        ],
+        check=True,
+    )
+
+
+def test_the_python_kit_port_passes_every_case_of_its_three_operations() -> None:
+    got = statuses(PY_PORT, "py")
+    assert len(got) == N_CASES
+    assert set(got.values()) == {"pass"}, {k: v for k, v in got.items() if v != "pass"}
+
+
+def test_a_command_port_declares_row_major_0_based_and_its_messages_say_so(c_port: Path) -> None:
+    with CommandImplementation("c", c_port) as impl:
+        assert impl.declared.layout == "row-major" and impl.declared.index_base == 0
+        assert impl.declaration.operations == {"softmax", "scaled_dot_product_attention", "multi_head_attention"}
+        view = impl.view("multi_head_attention", "weights")
+        assert view is not None and view.language == "C"
+        assert view.at((1, 2, 0)) == "weights[1, 2, 0]"  # the reference's own indices: 0-based, same axes
+        out = impl.run("softmax", {"x": np.array([[0.0, np.log(3.0)]])}, {})
+        np.testing.assert_allclose(out["y"], [[0.25, 0.75]], rtol=1e-15)
+
+
+@pytest.mark.parametrize("port", ["c", "python"])
+def test_check_port_finds_nothing_wrong_with_the_kits_ports(port: str, c_port: Path) -> None:
+    argv, folder = check.resolve([str(c_port if port == "c" else PY_PORT)])
+    report = check.check(argv, folder=folder)
+    lines = [f.line() for f in report.findings]
+    assert not report.failed, "\n".join(lines)
+    echoed = [f for f in report.findings if f.probe.startswith("echo ")]
+    assert len(echoed) == 21 and all(f.level == "ok" for f in echoed)  # every value type, bit for bit
+    assert {f.probe for f in report.findings} >= {
+        "greeting",
+        "missing operation",
+        "error",
+        "malformed body",
+        "not a frame",
+        "quit",
+    }
+
+
+def test_check_port_names_a_kit_that_turns_0d_arrays_into_1d(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the Python kit's own first bug: np.ascontiguousarray makes a 0-D result 1-D
+    broken = tmp_path / "broken.py"
+    broken.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(KITS / 'python')!r})\n"
+        "import numpy as np\nimport attention_port as k\n"
+        "_array = k._array\n"
+        "k._array = lambda a: _array(np.ascontiguousarray(a))\n"
+        "k.serve({'softmax': lambda x: x})\n"
+    )
+    assert cli.main(["check-port", str(broken)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  echo f64_0d: shape (1,)" in out and "ok    echo f64_matrix: round-tripped bit for bit" in out
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        ("hang", "timed out after 1s in softmax"),
+        ("crash", "died (killed by SIGABRT) in softmax"),
+        ("garbage", "sent a malformed reply in softmax"),
+    ],
+)
+def test_a_command_port_that_fails_a_call_loses_only_that_case(
+    fault: str, said: str, c_faults: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AP_FAULT", fault)
+    monkeypatch.setenv("AP_FAULT_FLAG", str(tmp_path / "done"))
+    monkeypatch.setenv("ATTENTION_PORTS_COMMAND_TIMEOUT", "1")
+    cases = ["softmax_random_3x5", "softmax_ties", "softmax_wide_row"]
+    results = run_suite(REPO_FIXTURES, ["c"], {"c": c_faults}, cases, required={"c"}, progress=None, parallel=False)
+    by_case = {r.case: r for r in results}
+    first = by_case["softmax_random_3x5"]
+    assert first.status == "error"
+    text = "\n".join(o.message for o in first.outputs)
+    assert said in text and f"misbehaving: {fault}" in text  # the port's own output comes with it
+    assert [by_case[c].status for c in cases[1:]] == ["pass", "pass"]
+    assert processes_with(str(c_faults)) == []
+    assert zombies() == []
+
+
+def test_a_bad_port_name_or_program_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = tmp_path / "port.txt"
+    text.write_text("not a program")
+    for arg in ("torch=" + str(text), "c=" + str(text), "C=" + str(text)):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["verify", "--port", arg])
+        assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "not an executable program, a .py file or a .toml manifest" in err
+    manifest = tmp_path / "port.toml"
+    manifest.write_text('command = ["./port"]\nbiuld = ["make"]\n')
+    with pytest.raises(SystemExit):
+        cli.main(["verify", "--port", f"c={manifest}"])
+    assert "unknown field(s) 'biuld'" in capsys.readouterr().err
+
+
+def test_a_manifest_builds_its_port_and_a_failed_build_says_why(tmp_path: Path) -> None:
+    shutil.copy(KITS / "c" / "example" / "port.c", tmp_path / "port.c")
+    (tmp_path / "port.toml").write_text(
+        f'language = "c"\nbuild = ["cc", "-std=c99", "-I{KITS / "c"}", "-o", "port", "port.c", "-lm"]\n'
+        'command = ["./port"]\n'
+    )
+    with registry.create("mine", tmp_path / "port.toml") as impl:
+        assert "C kit walkthrough port" in impl.describe()
+    (tmp_path / "port.c").write_text("this is not C\n")
+    with pytest.raises(ImplementationUnavailable, match=r"build step .* failed with exit code 1(.|\n)*port\.c"):
+        registry.create("mine", tmp_path / "port.toml")
