@@ -10,6 +10,7 @@ milliseconds, so these tests take a few seconds in all.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,10 +22,13 @@ from attention_ports import cli
 from attention_ports.core import paths
 from attention_ports.fixtures.store import REPO_FIXTURES
 from attention_ports.judge.runner import run_suite
-from attention_ports.runtimes import registry
+from attention_ports.runtimes import declaration, protocol, registry
 from attention_ports.runtimes.command import check
-from attention_ports.runtimes.command.adapter import CommandImplementation
+from attention_ports.runtimes.command.adapter import COMMAND_FIELDS, LAYOUTS, CommandImplementation
 from attention_ports.runtimes.impl import ImplementationUnavailable
+from attention_ports.spec import pairing
+from attention_ports.spec import precision as formats
+from attention_ports.spec.conventions import CONVENTIONS
 from tests.conftest import require
 from tests.faults.conftest import processes_with, zombies
 
@@ -195,3 +199,40 @@ def test_a_manifest_builds_its_port_and_a_failed_build_says_why(tmp_path: Path) 
     (tmp_path / "port.c").write_text("this is not C\n")
     with pytest.raises(ImplementationUnavailable, match=r"build step .* failed with exit code 1(.|\n)*port\.c"):
         registry.create("mine", tmp_path / "port.toml")
+
+
+def test_the_machine_readable_protocol_is_the_implementation() -> None:
+    doc = json.loads((paths.PACKAGE_DIR / "runtimes" / "protocol.json").read_text())
+    assert doc["version"] == protocol.VERSION
+    assert doc["frame"]["request_magic"].encode() == protocol.REQUEST_MAGIC
+    assert doc["frame"]["reply_magic"].encode() == protocol.REPLY_MAGIC
+    assert doc["frame"]["header_bytes"] == protocol.HEADER.size
+    limits = doc["limits"]
+    assert (limits["max_ndim"], limits["max_reply_bytes"], limits["max_text_kept"]) == (
+        protocol.MAX_NDIM,
+        protocol.MAX_REPLY_BYTES,
+        protocol.MAX_TEXT,
+    )
+    assert limits["max_reply_bytes_env"] == protocol.MAX_REPLY_ENV
+    # every tag the document lists decodes (its smallest value), and no other tag does
+    sizes = {"B": 1, "I": 8, "F": 8, "f": 4, "h": 2, "b": 2, "S": 4, "T": 4, "V": 4, "X": 4, "N": 0}
+    arrays = {t.decode(): d.itemsize for t, d in protocol._ARRAY_TAGS.items()}
+    assert {t for t, v in doc["values"].items() if v["payload"][:1] == ["u8 ndim"]} == set(arrays)
+    for tag in map(chr, range(33, 127)):
+        body = tag.encode() + (bytes([0]) + bytes(arrays[tag]) if tag in arrays else bytes(sizes.get(tag, 0)))
+        reader = protocol.Reader(body)
+        if tag in doc["values"]:
+            reader.value()
+            reader.finish()
+        else:
+            with pytest.raises(protocol.ProtocolError, match="unknown value tag"):
+                reader.value()
+    assert set(doc["replies"]) == {"H", "L", "R", "T", "M", "E"}
+    fields = doc["declaration"]["fields"]
+    assert set(fields) == set(declaration.FIELDS) | set(COMMAND_FIELDS)
+    assert doc["declaration"]["command_only"] == list(COMMAND_FIELDS)
+    assert fields["precision"]["enum"] == list(formats.FORMATS)
+    assert fields["masked_query"]["enum"] == list(CONVENTIONS)
+    assert fields["rope_pairing"]["enum"] == list(pairing.PAIRINGS)
+    assert fields["layout"]["enum"] == list(LAYOUTS)
+    assert doc["echo"]["operation"] == protocol.ECHO_OP
