@@ -236,3 +236,14 @@ def test_the_machine_readable_protocol_is_the_implementation() -> None:
     assert fields["rope_pairing"]["enum"] == list(pairing.PAIRINGS)
     assert fields["layout"]["enum"] == list(LAYOUTS)
     assert doc["echo"]["operation"] == protocol.ECHO_OP
+
+
+def test_a_failure_is_told_in_the_command_ports_language_layout_and_index_base(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"  # the Python kit's port with one attention weight off by 1e-6
+    source = PY_PORT.read_text().replace("weights[dead] = 0.0", "weights[dead] = 0.0\n    weights[0, -1] += 1e-6")
+    bad.write_text(source.replace("Path(__file__).resolve().parent.parent", repr(str(KITS / "python"))))
+    (result,) = run_suite(REPO_FIXTURES, ["py"], {"py": bad}, ["sdpa_nq3_nk7_dk5_dv2"], required={"py"}, progress=None)
+    weights = next(o for o in result.outputs if o.output == "weights")
+    assert weights.status == "fail"
+    assert "as the port sees it (Python, 0-based): weights is (3, 7) (query x key)" in weights.message
+    assert "worst at weights[0, 6]:" in weights.message
