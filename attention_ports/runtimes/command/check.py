@@ -153,7 +153,10 @@ def _probe(sup: Supervisor, report: Report, timeout: float) -> None:
                 "none (run as a command: row-major, 0-based, float64, every operation it answers)",
             )
         else:
-            report.add("ok", "declaration", declared.describe() or "valid")
+            text = declared.describe()
+            if "layout" not in hello.declaration:  # R's and Julia's: their adapters own their layouts
+                text += " (no layout declared: as a command, row-major and 0-based)"
+            report.add("ok", "declaration", text)
     except DeclarationError as exc:
         report.add("FAIL", "declaration", str(exc))
 
