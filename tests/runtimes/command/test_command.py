@@ -247,3 +247,18 @@ def test_a_failure_is_told_in_the_command_ports_language_layout_and_index_base(t
     assert weights.status == "fail"
     assert "as the port sees it (Python, 0-based): weights is (3, 7) (query x key)" in weights.message
     assert "worst at weights[0, 6]:" in weights.message
+
+
+def test_a_command_port_declaring_float32_is_sent_float32_and_judged_on_that_tier(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = tmp_path / "f32.py"  # the Python kit's port, declaring float32 and refusing anything else
+    source = PY_PORT.read_text().replace("Path(__file__).resolve().parent.parent", repr(str(KITS / "python")))
+    source = source.replace("def softmax(x):\n", "def softmax(x):\n    assert x.dtype == np.float32, x.dtype\n")
+    port.write_text(source.replace("description=f", 'precision="float32", description=f'))
+    run = ["verify", "--port", f"py={port}", "--case", "softmax_ties", "--case", "sdpa_L2_d3"]
+    assert cli.main(run) == 0, capsys.readouterr().out  # judged on the float32 tier, as declared
+    assert "verdict: PASS" in capsys.readouterr().out
+    # the same port judged at float64 fails: it computes in float32 (SDPA's scores included)
+    assert cli.main([*run, "--precision", "float64"]) == 1
+    assert "verdict: FAIL: 2 of 2 cases fail" in capsys.readouterr().out

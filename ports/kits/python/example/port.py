@@ -4,6 +4,7 @@ multi_head_attention in plain NumPy at float64 (swap ``np`` for ``jax.numpy`` fo
     attention-ports verify --port py=ports/kits/python/example/port.py
 """
 
+import math
 import sys
 from pathlib import Path
 
@@ -22,7 +23,8 @@ def softmax(x):
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
-    scale = 1.0 / np.sqrt(q.shape[1]) if scale is None else scale
+    # a Python float: NumPy's float64 scalar (np.sqrt's) would turn a float32 port's scores float64
+    scale = 1.0 / math.sqrt(q.shape[1]) if scale is None else scale
     scores = (q @ k.T) * scale
     if mask is not None:
         scores = scores + mask  # additive: 0 keeps, -inf removes
