@@ -39,7 +39,7 @@ from attention_ports.runtimes import reaper, registry, supervisor
 from attention_ports.spec import ops
 from attention_ports.spec import precision as formats
 from attention_ports.spec.catalogue import CatalogueError
-from attention_ports.tools import doctor, installers, skeleton
+from attention_ports.tools import doctor, installers, skeleton, skeleton_c
 from attention_ports.tools.mutation import MutantError
 
 DEFAULT_IMPLS = list(registry.IMPLEMENTATIONS)
@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--timeout", type=seconds, default=10.0, help="seconds the port has for each probe (default 10)")
 
     i = sub.add_parser("init", help="write a port skeleton with every contract operation as a stub")
-    i.add_argument("language", choices=skeleton.LANGUAGES)
+    i.add_argument("language", choices=[*skeleton.LANGUAGES, "c"])
     i.add_argument("path", type=Path, help="the new file (.R for r, .jl for julia); never overwritten")
 
     b = sub.add_parser(
@@ -518,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         "mutation": cmd_mutation,
         "doctor": lambda a: doctor.main(a.need),
         "setup": lambda a: installers.main(a.runtime),
-        "init": lambda a: skeleton.main(a.language, a.path),
+        "init": lambda a: skeleton_c.main(a.path) if a.language == "c" else skeleton.main(a.language, a.path),
         "check-port": cmd_check_port,
     }
     try:

@@ -262,3 +262,26 @@ def test_a_command_port_declaring_float32_is_sent_float32_and_judged_on_that_tie
     # the same port judged at float64 fails: it computes in float32 (SDPA's scores included)
     assert cli.main([*run, "--precision", "float64"]) == 1
     assert "verdict: FAIL: 2 of 2 cases fail" in capsys.readouterr().out
+
+
+def test_init_c_writes_a_skeleton_that_verifies_as_missing_then_passes_softmax_once_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "mine.c"
+    assert cli.main(["init", "c", str(path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attention_port.h", "mine.c", "mine.toml"]
+    assert cli.main(["init", "c", str(path)]) == 2  # never overwritten
+    manifest = tmp_path / "mine.toml"
+    capsys.readouterr()
+    assert cli.main(["verify", "--quiet", "--port", f"c={manifest}", "--case", "softmax_ties"]) == 0
+    assert "c: 1 missing" in capsys.readouterr().out
+    # softmax written (the walkthrough port's) and listed: its cases pass
+    example = (KITS / "c" / "example" / "port.c").read_text()
+    body = example[example.index("static void softmax_rows") : example.index("/* One head:")]  # + softmax
+    text = path.read_text()
+    stub = text[text.index("int softmax(ap_call") : text.index("// scaled_dot_product_attention(")]
+    text = text.replace(stub, body).replace('// {"softmax", softmax},', '{"softmax", softmax},')
+    path.write_text(text)
+    two = ["--case", "softmax_ties", "--case", "softmax_fully_masked_row"]
+    assert cli.main(["verify", "--quiet", "--port", f"c={manifest}", *two]) == 0
+    assert "verdict: PASS" in capsys.readouterr().out
