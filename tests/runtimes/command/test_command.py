@@ -285,3 +285,13 @@ def test_init_c_writes_a_skeleton_that_verifies_as_missing_then_passes_softmax_o
     two = ["--case", "softmax_ties", "--case", "softmax_fully_masked_row"]
     assert cli.main(["verify", "--quiet", "--port", f"c={manifest}", *two]) == 0
     assert "verdict: PASS" in capsys.readouterr().out
+
+
+def test_the_c_toolchain_is_known_to_setup_and_doctor() -> None:
+    from attention_ports.tools import doctor, installers
+
+    argv, _ = installers.command("c")
+    assert argv[0] == "bash" and Path(argv[1]).name == "install_c.sh" and Path(argv[1]).is_file()
+    found = doctor.check_c()
+    assert found.need == "c" and found.fix == "attention-ports setup c"
+    assert found.ok == (shutil.which("cc") is not None or shutil.which("gcc") is not None)
