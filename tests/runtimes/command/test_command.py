@@ -99,6 +99,21 @@ def test_the_python_kit_port_passes_every_case_of_its_three_operations() -> None
     assert set(got.values()) == {"pass"}, {k: v for k, v in got.items() if v != "pass"}
 
 
+NODE_PORT = KITS / "node" / "example" / "port.toml"
+
+
+def need_node() -> None:
+    if shutil.which("node") is None:
+        require("node", "node is not on PATH (apt-get install nodejs)")
+
+
+def test_the_javascript_kit_port_passes_every_case_of_its_three_operations() -> None:
+    need_node()
+    got = statuses(NODE_PORT, "js")
+    assert len(got) == N_CASES
+    assert set(got.values()) == {"pass"}, {k: v for k, v in got.items() if v != "pass"}
+
+
 def test_a_command_port_declares_row_major_0_based_and_its_messages_say_so(c_port: Path) -> None:
     with CommandImplementation("c", c_port) as impl:
         assert impl.declared.layout == "row-major" and impl.declared.index_base == 0
@@ -110,9 +125,11 @@ def test_a_command_port_declares_row_major_0_based_and_its_messages_say_so(c_por
         np.testing.assert_allclose(out["y"], [[0.25, 0.75]], rtol=1e-15)
 
 
-@pytest.mark.parametrize("port", ["c", "python"])
+@pytest.mark.parametrize("port", ["c", "python", "javascript"])
 def test_check_port_finds_nothing_wrong_with_the_kits_ports(port: str, c_port: Path) -> None:
-    argv, folder = check.resolve([str(c_port if port == "c" else PY_PORT)])
+    if port == "javascript":
+        need_node()
+    argv, folder = check.resolve([str({"c": c_port, "python": PY_PORT, "javascript": NODE_PORT}[port])])
     report = check.check(argv, folder=folder)
     lines = [f.line() for f in report.findings]
     assert not report.failed, "\n".join(lines)
