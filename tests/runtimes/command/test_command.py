@@ -107,6 +107,25 @@ def need_node() -> None:
         require("node", "node is not on PATH (apt-get install nodejs)")
 
 
+@pytest.fixture(scope="session")
+def rust_port(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rustc = shutil.which("rustc")
+    if rustc is None:
+        require("rustc", "rustc is not on PATH (apt-get install rustc)")
+    out = tmp_path_factory.mktemp("rust-kit") / "port"
+    source = KITS / "rust" / "example" / "port.rs"
+    subprocess.run(
+        [rustc, "--edition", "2021", "-C", "opt-level=1", "-D", "warnings", "-o", str(out), str(source)], check=True
+    )
+    return out
+
+
+def test_the_rust_kit_port_passes_every_case_of_its_three_operations(rust_port: Path) -> None:
+    got = statuses(rust_port, "rs")
+    assert len(got) == N_CASES
+    assert set(got.values()) == {"pass"}, {k: v for k, v in got.items() if v != "pass"}
+
+
 def test_the_javascript_kit_port_passes_every_case_of_its_three_operations() -> None:
     need_node()
     got = statuses(NODE_PORT, "js")
@@ -125,11 +144,13 @@ def test_a_command_port_declares_row_major_0_based_and_its_messages_say_so(c_por
         np.testing.assert_allclose(out["y"], [[0.25, 0.75]], rtol=1e-15)
 
 
-@pytest.mark.parametrize("port", ["c", "python", "javascript"])
-def test_check_port_finds_nothing_wrong_with_the_kits_ports(port: str, c_port: Path) -> None:
+@pytest.mark.parametrize("port", ["c", "python", "javascript", "rust"])
+def test_check_port_finds_nothing_wrong_with_the_kits_ports(port: str, request: pytest.FixtureRequest) -> None:
     if port == "javascript":
         need_node()
-    argv, folder = check.resolve([str({"c": c_port, "python": PY_PORT, "javascript": NODE_PORT}[port])])
+    kits = {"python": PY_PORT, "javascript": NODE_PORT}
+    path = kits[port] if port in kits else request.getfixturevalue({"c": "c_port", "rust": "rust_port"}[port])
+    argv, folder = check.resolve([str(path)])
     report = check.check(argv, folder=folder)
     lines = [f.line() for f in report.findings]
     assert not report.failed, "\n".join(lines)
