@@ -333,3 +333,16 @@ def test_the_c_toolchain_is_known_to_setup_and_doctor() -> None:
     found = doctor.check_c()
     assert found.need == "c" and found.fix == "attention-ports setup c"
     assert found.ok == (shutil.which("cc") is not None or shutil.which("gcc") is not None)
+
+
+def test_a_command_port_is_in_every_report_format(c_port: Path, tmp_path: Path) -> None:
+    reports = {"--json": "r.json", "--junit": "r.xml", "--markdown": "r.md", "--html": "r.html"}
+    args = [x for flag, name in reports.items() for x in (flag, str(tmp_path / name))]
+    assert cli.main(["verify", "--port", f"c={c_port}", "--case", "sdpa_L2_d3", *args]) == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["meta"]["implementations"] == ["c"] and doc["meta"]["ports"] == {"c": str(c_port)}
+    assert [(c["impl"], c["case"], c["status"]) for c in doc["cases"]] == [("c", "sdpa_L2_d3", "pass")]
+    junit = (tmp_path / "r.xml").read_text()
+    assert 'classname="attention_ports.c.scaled_dot_product_attention" name="sdpa_L2_d3"' in junit
+    assert "| c | 1 | 0 | 0 | 0 | 0 |" in (tmp_path / "r.md").read_text()
+    assert "sdpa_L2_d3" in (tmp_path / "r.html").read_text()
