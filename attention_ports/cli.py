@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import re
 import signal
 import sys
 import threading
@@ -37,7 +39,7 @@ from attention_ports.runtimes import reaper, registry, supervisor
 from attention_ports.spec import ops
 from attention_ports.spec import precision as formats
 from attention_ports.spec.catalogue import CatalogueError
-from attention_ports.tools import doctor, installers, skeleton
+from attention_ports.tools import doctor, installers, skeleton, skeleton_c
 from attention_ports.tools.mutation import MutantError
 
 DEFAULT_IMPLS = list(registry.IMPLEMENTATIONS)
@@ -93,15 +95,39 @@ def graceful_stop() -> Iterator[dict]:
             signal.signal(sig, old)
 
 
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+PORT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
 def parse_port(text: str) -> tuple[str, Path]:
+    """``r=FILE`` / ``julia=FILE`` (a port file), or ``NAME=PROGRAM`` for any other NAME: a port run
+    as a command, PROGRAM an executable, a .py file or a .toml manifest (docs/protocol.md)."""
     name, sep, path = text.partition("=")
-    if not sep or name not in registry.PORTABLE or not path:
+    builtin = [n for n in registry.IMPLEMENTATIONS if n not in registry.PORTABLE]
+    if not sep or not path or not PORT_NAME.fullmatch(name) or name in builtin:
         raise argparse.ArgumentTypeError(
-            f"--port takes NAME=PATH with NAME one of {', '.join(registry.PORTABLE)}; got {text!r}"
+            f"--port takes NAME=PATH: {' or '.join(registry.PORTABLE)} with a port file, or any other "
+            f"lower-case name (not {', '.join(builtin)}) with a port program or manifest; got {text!r}"
         )
     p = Path(path).expanduser()
     if not p.is_file():
         raise argparse.ArgumentTypeError(f"--port {name}: no such file: {p}")
+    if registry.is_command(name):
+        from attention_ports.runtimes.command import manifest
+
+        try:
+            manifest.load(p)
+        except manifest.ManifestError as exc:
+            raise argparse.ArgumentTypeError(f"--port {name}: {exc}") from None
     return name, p.resolve()
 
 
@@ -121,7 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="run implementations on the fixtures and report agreement")
     v.add_argument("--impl", action="append", choices=DEFAULT_IMPLS, help="implementation (repeatable; default: all)")
     v.add_argument("--case", action="append", default=[], help="case id or glob (repeatable; default: all)")
-    v.add_argument("--port", action="append", type=parse_port, default=[], help="NAME=PATH: a user's R or Julia port")
+    v.add_argument(
+        "--port",
+        action="append",
+        type=parse_port,
+        default=[],
+        help="NAME=PATH: a user's R or Julia port (r=FILE, julia=FILE), or a port program or manifest under any "
+        "other NAME (docs/protocol.md)",
+    )
     v.add_argument("--dir", type=Path, default=REPO_FIXTURES, help="fixture folder")
     v.add_argument(
         "--precision",
@@ -191,8 +224,19 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("setup", help="install a runtime with the packaged installer (R + rpy2, or Julia)")
     s.add_argument("runtime", choices=installers.RUNTIMES)
 
+    cp = sub.add_parser(
+        "check-port", help="probe a port program's handling of the protocol and say what is wrong (docs/protocol.md)"
+    )
+    cp.add_argument(
+        "port_command",
+        nargs="+",
+        metavar="COMMAND",
+        help="the port: a program, a .py file or a .toml manifest, or a command line (after --)",
+    )
+    cp.add_argument("--timeout", type=seconds, default=10.0, help="seconds the port has for each probe (default 10)")
+
     i = sub.add_parser("init", help="write a port skeleton with every contract operation as a stub")
-    i.add_argument("language", choices=skeleton.LANGUAGES)
+    i.add_argument("language", choices=[*skeleton.LANGUAGES, "c"])
     i.add_argument("path", type=Path, help="the new file (.R for r, .jl for julia); never overwritten")
 
     b = sub.add_parser(
@@ -449,6 +493,12 @@ def cmd_mutation(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+def cmd_check_port(args: argparse.Namespace) -> int:
+    from attention_ports.runtimes.command import check
+
+    return check.main(args.port_command, args.timeout)
+
+
 def entry() -> int:
     """The ``attention-ports`` console script: :func:`main` in a process that adopts what its
     workers orphan (a child subreaper, attention_ports/runtimes/reaper.py says why only here)."""
@@ -468,7 +518,8 @@ def main(argv: list[str] | None = None) -> int:
         "mutation": cmd_mutation,
         "doctor": lambda a: doctor.main(a.need),
         "setup": lambda a: installers.main(a.runtime),
-        "init": lambda a: skeleton.main(a.language, a.path),
+        "init": lambda a: skeleton_c.main(a.path) if a.language == "c" else skeleton.main(a.language, a.path),
+        "check-port": cmd_check_port,
     }
     try:
         with _sigterm_unwinds():

@@ -5,7 +5,8 @@ environment where attention-ports is installed has these options (where plugin a
 pass ``-p attention_ports.pytest_plugin``):
 
   --impl NAME      restrict to implementations (repeatable; default: all, or only the --port ones)
-  --port NAME=PATH run a user's R or Julia port under NAME instead of ours
+  --port NAME=PATH run a user's R or Julia port under NAME instead of ours, or a port program
+                   under any other NAME (docs/protocol.md)
   --case GLOB      restrict to case ids (repeatable)
 
 A team runs the conformance suite with its own pytest::
@@ -50,7 +51,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="NAME=PATH",
-        help=f"run a user's port file under NAME ({', '.join(registry.PORTABLE)}) instead of ours",
+        help=f"run a user's port file under NAME ({', '.join(registry.PORTABLE)}) instead of ours, or a port "
+        "program or manifest under any other name (docs/protocol.md)",
     )
     group.addoption("--case", action="append", default=[], metavar="GLOB", help="case ids to run (repeatable)")
 

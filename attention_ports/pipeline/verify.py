@@ -268,8 +268,8 @@ def precision_groups(
     by_fmt: dict[str, Live] = {}
     for name in sel.impls:
         impl, fmt = None, formats.DEFAULT
-        if name == "julia" and name in sel.ports:
-            impl, fmt = in_precision.declared(sel.ports[name])
+        if name in sel.ports and in_precision.declares_precision(name):  # Julia, or a port run as a command
+            impl, fmt = in_precision.declared(sel.ports[name], name)
         by_fmt.setdefault(fmt, {})[name] = impl
     return [(where(fmt), live) for fmt, live in by_fmt.items()]
 
@@ -378,8 +378,8 @@ class RandomSource(CaseSource):
                 print(f"r: R computes in double only; the R port runs in float64 and is judged at {self.precision}")
             made = in_precision.create(name, port, self.precision)
             return made or registry.create(name, port), self.precision
-        if name == "julia" and port is not None:
-            declared, fmt = in_precision.declared(port)
+        if port is not None and in_precision.declares_precision(name):
+            declared, fmt = in_precision.declared(port, name)
             if declared is not None:
                 return declared, fmt
         return registry.create(name, port), formats.DEFAULT

@@ -77,17 +77,17 @@ def _strings(value: Any) -> list[str] | None:
 def parse(raw: Any, where: str, language: str) -> Declaration:
     """Check what a worker found under ``attention_ports`` in ``where`` (a file or folder).
 
-    ``language`` is "r" or "julia": it decides how a field is named in messages
+    ``language`` is "r", "julia" or "command" (a port run as a command, whose declaration is its
+    greeting's group: docs/protocol.md): it decides how a field is named in messages
     (``attention_ports$operations`` / ``attention_ports.operations``).
     """
     if raw is None:
         return NONE
     sep = "$" if language == "r" else "."
-    example = (
-        'attention_ports <- list(operations = c("softmax"), masked_query = "zeros")'
-        if language == "r"
-        else 'const attention_ports = (operations = ["softmax"], masked_query = "zeros")'
-    )
+    example = {
+        "r": 'attention_ports <- list(operations = c("softmax"), masked_query = "zeros")',
+        "julia": 'const attention_ports = (operations = ["softmax"], masked_query = "zeros")',
+    }.get(language, 'a group {operations: ["softmax"], masked_query: "zeros"}')
     if not isinstance(raw, dict):
         raise DeclarationError(f"{where}: attention_ports must be {_kind({})}, like {example}; got {_kind(raw)}")
     unknown = [k for k in raw if k not in FIELDS]
