@@ -131,6 +131,13 @@ def parse_port(text: str) -> tuple[str, Path]:
     return name, p.resolve()
 
 
+def markdown_target(text: str) -> Path | None:
+    """``--markdown FILE``; an empty value writes no markdown. CI steps pass
+    ``"$GITHUB_STEP_SUMMARY"``, which only GitHub sets: elsewhere the step runs as it is, without a
+    summary, instead of failing on ``.`` (what ``Path("")`` is) being a directory."""
+    return Path(text) if text else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attention-ports", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -166,7 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     v.add_argument("--json", type=Path, default=None, help="write the machine-readable report here")
     v.add_argument("--junit", type=Path, default=None, help="write JUnit XML here (one testcase per impl x case)")
-    v.add_argument("--markdown", type=Path, default=None, help="write a markdown summary here (a CI step summary)")
+    v.add_argument(
+        "--markdown",
+        type=markdown_target,
+        default=None,
+        help="write a markdown summary here (a CI step summary; an empty value: none)",
+    )
     v.add_argument("--html", type=Path, default=None, help="write one self-contained HTML page with heatmaps here")
     v.add_argument("--strict", action="store_true", help="missing (not implemented) operations fail too")
     v.add_argument("--quiet", action="store_true", help="no table, only failures and the summary")
@@ -209,7 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     mr.add_argument("reports", nargs="+", type=Path, help="every shard's JSON report (verify --shard K/N --json F)")
     mr.add_argument("--json", type=Path, default=None, help="write the merged machine-readable report here")
     mr.add_argument("--junit", type=Path, default=None, help="write the merged JUnit XML here")
-    mr.add_argument("--markdown", type=Path, default=None, help="write the merged markdown summary here")
+    mr.add_argument(
+        "--markdown", type=markdown_target, default=None, help="write the merged markdown summary here (empty: none)"
+    )
     mr.add_argument("--html", type=Path, default=None, help="write the merged HTML page here")
     mr.add_argument("--strict", action="store_true", help="missing (not implemented) operations fail too")
 
