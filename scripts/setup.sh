@@ -2,7 +2,7 @@
 # The whole set-up, for the tests (`make test`, `make setup`): first what `attention-ports verify`
 # needs (scripts/setup_verify.sh: the venv with the package, PyTorch, R with rpy2, Julia), then
 # what only the tests need: the package's dev tools (pytest and its plugins, ruff, hypothesis,
-# mpmath, pyyaml), Chromium (a test renders the HTML report in it) and the custom Julia system
+# mpmath, pyyaml), the port kits' toolchains (scripts/install_kits.sh), Chromium (a test renders the HTML report in it) and the custom Julia system
 # image (it saves seconds on each of the test suite's many Julia starts). Idempotent; a second run
 # takes seconds. Environment: as scripts/setup_verify.sh.
 set -euo pipefail
@@ -23,6 +23,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$VPY" -m pip install -q --disable-pip-version-check -e '.[dev]'
     echo "$want" >"$stamp"
 fi
+
+say "the port kits' toolchains (C, C++, Rust, Node: the kits' tests run real ports)"
+bash scripts/install_kits.sh >&2
 
 say "Chromium (the HTML report's browser test)"
 bash scripts/install_chromium.sh

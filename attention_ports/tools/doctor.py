@@ -22,6 +22,9 @@ from attention_ports.core import paths
 
 #: What ``--need`` may name; every check belongs to one of these or to "core" (always needed).
 NEEDS = ("torch", "r", "julia", "c")
+# A bare `doctor` asks for what `verify` runs by default; a kit's toolchain (the C compiler) only
+# with --need: a machine that runs no C port needs no compiler.
+DEFAULT_NEEDS = ("torch", "r", "julia")
 PROBE_TIMEOUT_S = 120  # a first Julia start on a cold disk can take a while
 
 
@@ -317,6 +320,6 @@ def main(needs: list[str] | None) -> int:
     pkg = tool_version()
     where = f"installed package {paths.PACKAGE_DIR}" if paths.installed() else f"checkout {paths.ASSET_ROOT}"
     print(f"attention-ports {pkg}: {where}")
-    text, ok = report(run_checks(needs or NEEDS))
+    text, ok = report(run_checks(needs or DEFAULT_NEEDS))
     print(text)
     return 0 if ok else 1

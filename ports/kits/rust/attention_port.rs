@@ -418,9 +418,13 @@ pub fn serve(description: &str, ops: &[(&str, Op)], precision: &str, masked_quer
             send(&mut output, id, &results(&outs, 0.0));
             continue;
         }
-        let Some((_, f)) = ops.iter().find(|(n, _)| *n == op) else {
-            send(&mut output, id, &text(b'M', &format!("{} is not an operation of this port", op)));
-            continue;
+        // `match`, not `let ... else`: Debian's rustc 1.63 has no let-else (stable from 1.65).
+        let f = match ops.iter().find(|(n, _)| *n == op) {
+            Some((_, f)) => f,
+            None => {
+                send(&mut output, id, &text(b'M', &format!("{} is not an operation of this port", op)));
+                continue;
+            }
         };
         let call = Call { op: op.clone(), args };
         let start = Instant::now();
