@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         choices=list(ops.OPS),
-        help="with --random: operations to draw (repeatable; default: every one)",
+        help="only this operation's cases, in every tier (repeatable; default: every operation)",
     )
     v.add_argument("--dump", type=Path, default=None, help="with --random: write a failing case as fixtures here")
     v.add_argument(

@@ -57,3 +57,51 @@ def test_a_bad_precision_is_refused_before_the_run(
 ) -> None:
     assert cli.main(["verify", "--impl", "reference", *argv]) == cli.EXIT_BAD_INPUT
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("precision", [None, "float32"])
+def test_op_selects_one_operations_catalogue_cases(tmp_path: Path, precision: str | None) -> None:
+    """``--op NAME`` without ``--random`` (issue 26): exactly that operation's catalogue cases, in
+    the tier judged (``--case 'gpt_*'`` matches three operations; ``--op`` one)."""
+    out = tmp_path / "r.json"
+    tier = ["--precision", precision] if precision else []
+    argv = ["verify", "--impl", "reference", "--op", "rms_norm", "--case", "*", "--quiet", "--json", str(out), *tier]
+    assert cli.main(argv) == 0
+    doc = json.loads(out.read_text())
+    manifest = fixtures.read_manifest(fixtures_dir(precision or "float64"))["cases"]
+    want = [c["id"] for c in manifest if c["op"] == "rms_norm"]
+    assert [c["case"] for c in doc["cases"]] == want and want
+
+
+def test_op_with_case_globs_keeps_the_cases_both_select(tmp_path: Path) -> None:
+    from attention_ports.pipeline import verify as pipeline
+
+    args = cli.build_parser().parse_args(["verify", "--op", "gpt_forward", "--case", "gpt_*"])
+    units = pipeline.source_from_args(args).units()
+    manifest = fixtures.read_manifest(fixtures.REPO_FIXTURES)["cases"]
+    assert [u.id for u in units] == [c["id"] for c in manifest if c["op"] == "gpt_forward"]
+    assert {c["op"] for c in manifest if c["id"].startswith("gpt_")} >= {"gpt_forward", "gpt_grads", "gpt_train"}
+
+
+def test_op_in_the_scale_tier_selects_its_cases() -> None:
+    from attention_ports.pipeline import verify as pipeline
+    from attention_ports.tiers import scale
+
+    args = cli.build_parser().parse_args(["verify", "--tier", "scale", "--op", "decoder_block"])
+    units = pipeline.source_from_args(args).units()
+    assert [u.id for u in units] == [c.id for c in scale.load_cases() if c.op == "decoder_block"] and units
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--op", "softmax", "--case", "gpt_*"], "no case matching gpt_* in"),
+        (["--op", "softmax", "--tier", "scale"], "is of operation softmax"),
+        (["--op", "gpt_train", "--precision", "float32"], "--op gpt_train: the float32 tier has no rules for it"),
+    ],
+)
+def test_op_that_selects_nothing_is_bad_input(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["verify", "--impl", "reference", *argv]) == cli.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err
