@@ -136,7 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--markdown", type=Path, default=None, help="write a markdown summary here (a CI step summary)")
     v.add_argument("--html", type=Path, default=None, help="write one self-contained HTML page with heatmaps here")
     v.add_argument("--strict", action="store_true", help="missing (not implemented) operations fail too")
-    v.add_argument("--quiet", action="store_true", help="no table, only failures and the summary")
+    v.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no table: one line per failing output, the repro commands, the counts and the verdict",
+    )
     v.add_argument(
         "--sequential",
         action="store_true",

@@ -142,7 +142,7 @@ class CaseSource:
         if not quiet:
             print(table(report))
             print()
-        details = failure_details(report)
+        details = failure_details(report, quiet)  # quiet: one line per failing output
         if details:
             print(details)
             print()
@@ -249,7 +249,7 @@ class CatalogueSource(CaseSource):
     def terminal(self, report: Report, quiet: bool) -> None:
         super().terminal(report, quiet)
         acc = accuracy_table(report)
-        if acc:
+        if acc and not quiet:
             print()
             print(acc)
 
