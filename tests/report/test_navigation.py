@@ -72,7 +72,7 @@ def test_quiet_says_outputs_failing_with_one_message_once_and_keeps_a_localisati
     fails = CaseResult("r", "c2", "gpt_grads", [loss], repro="attention-ports x")
     text = failure_details(Report([errors, fails]), quiet=True)
     assert text.splitlines() == [
-        "ERROR [r] c1 3 outputs (grads.a, grads.b, grads.c): r raised: subscript out of bounds; "
+        "ERROR [r] c1 3 outputs (grads.a, grads.b, grads.c): case 'c1': r raised: subscript out of bounds; "
         "what this case tests: why it exists",
         "FAIL [r] c2 loss: worst rel err 0.5, 3e+06 x bound; localisation: the first wrong gradient is grads.b; "
         "what this case tests: why it exists",
