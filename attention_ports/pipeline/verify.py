@@ -206,22 +206,24 @@ class CatalogueSource(CaseSource):
     def fixtures_dir(self) -> Path:
         return self.dir
 
-    def _globs(self, fixtures_dir: Path) -> list[str]:
+    def _selected(self, fixtures_dir: Path) -> tuple[list[str], list[dict[str, Any]] | None]:
         """The case globs that select ``--case`` and ``--op`` in ``fixtures_dir`` (each precision's
-        folder holds its own cases): with ``--op``, the matching cases' ids exactly."""
+        folder holds its own cases) and, with ``--op``, the matching manifest entries (read once:
+        the runner takes them as they are) with their ids as the globs."""
         if not self.operations:
-            return self.globs
-        ids = [e["id"] for e in select_entries(fixtures_dir, self.globs) if e.get("op") in self.operations]
-        if not ids:
+            return self.globs, None
+        entries = [e for e in select_entries(fixtures_dir, self.globs) if e.get("op") in self.operations]
+        if not entries:
             cases = f" matching {' or '.join(self.globs)}" if self.globs else ""
             raise FixtureError(f"no case{cases} in {fixtures_dir} is of operation {' or '.join(self.operations)}")
-        return exact_globs(ids)
+        return exact_globs(e["id"] for e in entries), entries
 
     def meta(self) -> dict[str, Any]:
         return {} if self.precision is None else {"precision": self.precision}
 
     def units(self) -> list[Unit]:
-        return [Unit(str(e.get("id", "?")), catalogue_cost(e)) for e in select_entries(self.dir, self._globs(self.dir))]
+        globs, entries = self._selected(self.dir)
+        return [Unit(str(e.get("id", "?")), catalogue_cost(e)) for e in select_entries(self.dir, globs, entries)]
 
     def run(self, sel: Selection, only: list[str] | None, stop: threading.Event) -> list[CaseResult]:
         if only == []:
@@ -229,11 +231,13 @@ class CatalogueSource(CaseSource):
         results: list[CaseResult] = []
         for fixtures_dir, live in precision_groups(self.precision, sel, self.dir, self.default_dir):
             try:
+                globs, entries = self._selected(fixtures_dir)
                 results += run_suite(
                     fixtures_dir,
                     list(live),
                     sel.ports,
-                    self._globs(fixtures_dir) if only is None else exact_globs(only),
+                    globs if only is None else exact_globs(only),
+                    entries=entries,
                     required=sel.required,
                     progress=progress.VerifyProgress(),
                     parallel=self.parallel,

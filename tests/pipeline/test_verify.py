@@ -59,28 +59,43 @@ def test_a_bad_precision_is_refused_before_the_run(
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("precision", [None, "float32"])
-def test_op_selects_one_operations_catalogue_cases(tmp_path: Path, precision: str | None) -> None:
-    """``--op NAME`` without ``--random`` (issue 26): exactly that operation's catalogue cases, in
-    the tier judged (``--case 'gpt_*'`` matches three operations; ``--op`` one)."""
+def small_fixtures(folder: Path, ids: tuple[str, ...]) -> Path:
+    """A fixture folder of a few shipped cases (their files and manifest entries): a run over it
+    reads and validates a manifest of those cases only."""
+    import shutil
+
+    manifest = json.loads((fixtures.REPO_FIXTURES / "manifest.json").read_text())
+    manifest["cases"] = [c for c in manifest["cases"] if c["id"] in ids]
+    for entry in manifest["cases"]:
+        shutil.copytree(fixtures.REPO_FIXTURES / "cases" / entry["id"], folder / "cases" / entry["id"])
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+SMALL = ("gpt_one_token", "gpt_grads_one_token", "softmax_ties")
+
+
+def test_op_selects_one_operations_catalogue_cases(tmp_path: Path) -> None:
+    """``--op NAME`` without ``--random`` (issue 26): that operation's catalogue cases only, with
+    ``--case`` the cases both select (``--case 'gpt_*'`` matches gpt_forward, gpt_grads and
+    gpt_train; ``--op`` one of them)."""
+    folder = small_fixtures(tmp_path / "fx", SMALL)
     out = tmp_path / "r.json"
-    tier = ["--precision", precision] if precision else []
-    argv = ["verify", "--impl", "reference", "--op", "rms_norm", "--case", "*", "--quiet", "--json", str(out), *tier]
-    assert cli.main(argv) == 0
-    doc = json.loads(out.read_text())
-    manifest = fixtures.read_manifest(fixtures_dir(precision or "float64"))["cases"]
+    argv = ["verify", "--impl", "reference", "--dir", str(folder), "--quiet", "--json", str(out)]
+    assert cli.main([*argv, "--op", "gpt_forward", "--op", "softmax", "--case", "*_t*"]) == 0
+    assert [c["case"] for c in json.loads(out.read_text())["cases"]] == [
+        "softmax_ties",
+        "gpt_one_token",
+    ]  # manifest order
+
+
+def test_op_selects_a_precision_tiers_own_cases(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    argv = ["verify", "--impl", "reference", "--precision", "float32", "--op", "rms_norm", "--json", str(out)]
+    assert cli.main([*argv, "--quiet"]) == 0
+    manifest = json.loads((fixtures_dir("float32") / "manifest.json").read_text())["cases"]
     want = [c["id"] for c in manifest if c["op"] == "rms_norm"]
-    assert [c["case"] for c in doc["cases"]] == want and want
-
-
-def test_op_with_case_globs_keeps_the_cases_both_select(tmp_path: Path) -> None:
-    from attention_ports.pipeline import verify as pipeline
-
-    args = cli.build_parser().parse_args(["verify", "--op", "gpt_forward", "--case", "gpt_*"])
-    units = pipeline.source_from_args(args).units()
-    manifest = fixtures.read_manifest(fixtures.REPO_FIXTURES)["cases"]
-    assert [u.id for u in units] == [c["id"] for c in manifest if c["op"] == "gpt_forward"]
-    assert {c["op"] for c in manifest if c["id"].startswith("gpt_")} >= {"gpt_forward", "gpt_grads", "gpt_train"}
+    assert [c["case"] for c in json.loads(out.read_text())["cases"]] == want and want
 
 
 def test_op_in_the_scale_tier_selects_its_cases() -> None:
@@ -101,7 +116,8 @@ def test_op_in_the_scale_tier_selects_its_cases() -> None:
     ],
 )
 def test_op_that_selects_nothing_is_bad_input(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    assert cli.main(["verify", "--impl", "reference", *argv]) == cli.EXIT_BAD_INPUT
+    folder = ["--dir", str(small_fixtures(tmp_path / "fx", SMALL))] if "--tier" not in argv else []
+    assert cli.main(["verify", "--impl", "reference", *folder, *argv]) == cli.EXIT_BAD_INPUT
     assert message in capsys.readouterr().err
