@@ -219,7 +219,10 @@ class CatalogueSource(CaseSource):
         return exact_globs(e["id"] for e in entries), entries
 
     def meta(self) -> dict[str, Any]:
-        return {} if self.precision is None else {"precision": self.precision}
+        return {
+            **({} if self.precision is None else {"precision": self.precision}),
+            **({"operations": self.operations} if self.operations else {}),  # --op: what was selected
+        }
 
     def units(self) -> list[Unit]:
         globs, entries = self._selected(self.dir)

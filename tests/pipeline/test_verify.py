@@ -83,10 +83,9 @@ def test_op_selects_one_operations_catalogue_cases(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     argv = ["verify", "--impl", "reference", "--dir", str(folder), "--quiet", "--json", str(out)]
     assert cli.main([*argv, "--op", "gpt_forward", "--op", "softmax", "--case", "*_t*"]) == 0
-    assert [c["case"] for c in json.loads(out.read_text())["cases"]] == [
-        "softmax_ties",
-        "gpt_one_token",
-    ]  # manifest order
+    doc = json.loads(out.read_text())
+    assert [c["case"] for c in doc["cases"]] == ["softmax_ties", "gpt_one_token"]  # manifest order
+    assert doc["meta"]["operations"] == ["gpt_forward", "softmax"]
 
 
 def test_op_selects_a_precision_tiers_own_cases(tmp_path: Path) -> None:
