@@ -181,7 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     v.add_argument("--html", type=Path, default=None, help="write one self-contained HTML page with heatmaps here")
     v.add_argument("--strict", action="store_true", help="missing (not implemented) operations fail too")
-    v.add_argument("--quiet", action="store_true", help="no table, only failures and the summary")
+    v.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no table: one line per failing output, the repro commands, the counts and the verdict",
+    )
     v.add_argument(
         "--sequential",
         action="store_true",
@@ -200,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         choices=list(ops.OPS),
-        help="with --random: operations to draw (repeatable; default: every one)",
+        help="only this operation's cases, in every tier (repeatable; default: every operation)",
     )
     v.add_argument("--dump", type=Path, default=None, help="with --random: write a failing case as fixtures here")
     v.add_argument(

@@ -18,6 +18,7 @@ run (:meth:`Report.headline`). The command line's exit code follows :attr:`Repor
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -310,19 +311,52 @@ def port_layout(o: OutputResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, st
     return e, a, ratio, "reference layout, 0-based"
 
 
-def cause(diagnosis: str) -> str:
-    """The mistake a diagnosis names, without where it shows: the text after its first ": "
-    (``wrong only in the queries 1, 2, where the mask acts; ...: the mask is applied wrongly``
-    -> ``the mask is applied wrongly``). Every diagnose.py line reads "where: what"."""
-    return diagnosis.split(": ", 1)[-1]
+# What a diagnosis says about where a mistake shows, left out when two diagnoses are compared:
+# numbers (a size, a factor of this case, a position; not the digits of a name such as w_1) and
+# lists of positions ("queries 1, 2 and 3 more").
+_NUMBER = re.compile(r"(?<![\w.$])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])")
+_PLACES = re.compile(r"\b(quer(?:y|ies)|rows?|columns?|positions?|keys?|tokens?) #(?:, #)*(?: and # more)?")
 
 
-def shared_causes(failures: list[CaseResult]) -> dict[str, list[CaseResult]]:
-    """Causes named by the diagnoses of two or more failures -> those failures, most shared first:
-    twenty failures with one cause are one mistake to fix, not twenty."""
-    by_cause: dict[str, list[CaseResult]] = {}
+def cause_key(diagnosis: str, output: str = "") -> str:
+    """What makes two diagnoses name one mistake: the diagnosis with where it shows left out (the
+    output's own name, as the reference or a port writes it; numbers; lists of positions).
+    ``w_o is applied transposed`` and ``w_q is applied transposed`` stay two causes."""
+    text = diagnosis
+    for name in {output, output.replace(".", "$")} - {""}:
+        text = re.sub(rf"(?<![\w.$]){re.escape(name)}(?![\w.$])", "OUTPUT", text)
+    return _PLACES.sub(r"\1 #", _NUMBER.sub("#", text))
+
+
+def cause_label(diagnoses: list[str]) -> str:
+    """One shared cause in words: the parts (``where: what: why``, split at ": ") every diagnosis
+    says alike, so the mistake itself stays ("params.w_o is applied transposed: a square weight,
+    ...") and only what differs from failure to failure (a position, this case's factor) goes."""
+    split = [d.split(": ") for d in diagnoses]
+    if len({len(p) for p in split}) != 1:
+        return diagnoses[0]
+    kept = [part for i, part in enumerate(split[0]) if all(p[i] == part for p in split)]
+    return ": ".join(kept) or diagnoses[0]
+
+
+@dataclass
+class SharedCause:
+    """A mistake two or more failures' diagnoses name (:func:`shared_causes`)."""
+
+    label: str
+    results: list[CaseResult]
+
+
+def shared_causes(failures: list[CaseResult]) -> dict[str, SharedCause]:
+    """Causes (:func:`cause_key`) named by the diagnoses of two or more failures -> the cause in
+    words and those failures, most shared first: twenty failures with one cause are one mistake to
+    fix, not twenty."""
+    by_cause: dict[str, tuple[list[str], list[CaseResult]]] = {}
     for r in failures:
-        for c in dict.fromkeys(cause(o.diagnosis) for o in r.outputs if o.diagnosis):
-            by_cause.setdefault(c, []).append(r)
-    shared = {c: rs for c, rs in by_cause.items() if len(rs) > 1}
-    return dict(sorted(shared.items(), key=lambda kv: -len(kv[1])))
+        keys = {cause_key(o.diagnosis, o.output): o.diagnosis for o in r.outputs if o.diagnosis}
+        for key, diagnosis in keys.items():
+            said, rs = by_cause.setdefault(key, ([], []))
+            said.append(diagnosis)
+            rs.append(r)
+    shared = {k: SharedCause(cause_label(said), rs) for k, (said, rs) in by_cause.items() if len(rs) > 1}
+    return dict(sorted(shared.items(), key=lambda kv: -len(kv[1].results)))
