@@ -207,38 +207,21 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
-# A JSON string (its escapes included), skipped whole when counting brackets.
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_BRACKET = re.compile(r"[\[\]{}]")
-
-
-def check_nesting(path: Path, text: str, max_depth: int, error: Error) -> None:
-    """``text`` nests its arrays and objects at most ``max_depth`` deep, checked before parsing:
-    json.loads recurses once per level, so a document 100,000 deep would be a RecursionError."""
-    depth = 0
-    for m in _BRACKET.finditer(_JSON_STRING.sub('""', text)):
-        depth += 1 if m.group() in "[{" else -1
-        if depth > max_depth:
-            raise error(f"{path}: arrays and objects nested more than {max_depth} deep; refusing to parse it")
-
-
 def read_json(path: Path, max_bytes: int, error: Error, what: str, max_depth: int | None = None) -> Any:
     """A JSON file through :func:`read_regular_file`; ``max_depth``: refused when nested deeper
     (:func:`check_nesting`, before parsing)."""
     data = read_regular_file(path, max_bytes, error, what)
-    check_nesting(data, path, error, "json")
+    check_nesting(data, path, error, "json", MAX_NESTING if max_depth is None else max_depth)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not valid JSON: {exc}") from exc
-    if max_depth is not None:
-        check_nesting(path, text, max_depth, error)
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except (json.JSONDecodeError, ValueError) as exc:
         raise error(f"{path}: not valid JSON: {exc}") from exc
     except RecursionError:  # check_nesting's scan bounds the depth; this is its backstop
-        raise error(f"{path}: nested deeper than {MAX_NESTING} levels") from None
+        raise error(f"{path}: nested deeper than {MAX_NESTING if max_depth is None else max_depth} levels") from None
 
 
 # What is not structure: strings (their brackets are text) and, in TOML, comments.
@@ -264,11 +247,13 @@ def nesting_depth(data: bytes, syntax: str = "json") -> int:
     return depth
 
 
-def check_nesting(data: bytes, path: Path, error: Error, syntax: str = "json") -> None:
-    """``error`` naming ``path`` when the document nests deeper than :data:`MAX_NESTING`."""
+def check_nesting(data: bytes, path: Path, error: Error, syntax: str = "json", max_depth: int = MAX_NESTING) -> None:
+    """``error`` naming ``path`` when the document nests deeper than ``max_depth`` (default
+    :data:`MAX_NESTING`), checked before parsing: a parser recurses once per level, so a document
+    100,000 deep would be a RecursionError."""
     depth = nesting_depth(data, syntax)
-    if depth > MAX_NESTING:
-        raise error(f"{path}: nested {depth} levels deep; at most {MAX_NESTING} are allowed")
+    if depth > max_depth:
+        raise error(f"{path}: nested {depth} levels deep; at most {max_depth} are allowed")
 
 
 # ---------------------------------------------------------------------------------------- manifest

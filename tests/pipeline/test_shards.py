@@ -424,7 +424,7 @@ def test_a_shard_report_nested_100000_deep_is_refused_before_parsing(tmp_path: P
     deep = tmp_path / "deep.json"
     deep.write_text('{"version": 5, "meta": ' + "[" * 100_000 + "]" * 100_000 + "}")
     err = _refused(capsys, deep)
-    assert f"{deep}: arrays and objects nested more than {json_report.MAX_REPORT_DEPTH} deep" in err
+    assert f"{deep}: nested" in err and f"at most {json_report.MAX_REPORT_DEPTH} are allowed" in err
 
 
 def test_a_shard_report_over_the_size_cap_is_not_read(two_shards, tmp_path: Path, capsys, monkeypatch) -> None:
