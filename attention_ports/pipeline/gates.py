@@ -128,19 +128,20 @@ Universe = Mapping[str, Sequence[str]]  # case id -> its outputs (the fixtures')
 
 def catalogue_universe(fixtures_dir: Path, manifest_sha256: str | None = None) -> dict[str, list[str]] | None:
     """Every case of the fixtures in ``fixtures_dir`` and its outputs; None when it cannot be read,
-    or its manifest is not the one ``manifest_sha256`` names (a merged report read elsewhere)."""
+    or its manifest is not the one ``manifest_sha256`` names (a merged report read elsewhere).
+    Only the ids and output names are read (the run validates the manifest as a whole: its schema
+    check costs a second, which the gates need not pay twice)."""
     import hashlib
 
-    from attention_ports.fixtures.store import read_manifest
-
+    path = fixtures_dir / "manifest.json"
     try:
-        if manifest_sha256 is not None:
-            if hashlib.sha256((fixtures_dir / "manifest.json").read_bytes()).hexdigest() != manifest_sha256:
-                return None
-        cases = read_manifest(fixtures_dir)["cases"]
-    except Exception:  # unreadable here: the entries are judged on the run alone
-        return None
-    return {c["id"]: list(c.get("expected") or {}) or [EVERY_OUTPUT] for c in cases}
+        data = validate.read_regular_file(path, validate.MAX_MANIFEST_BYTES, GateError, "manifest")
+        if manifest_sha256 is not None and hashlib.sha256(data).hexdigest() != manifest_sha256:
+            return None
+        cases = json.loads(data)["cases"]
+        return {str(c["id"]): list(c.get("expected") or {}) or [EVERY_OUTPUT] for c in cases}
+    except (GateError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # unreadable here: the entries are judged on the run alone
 
 
 def check_entries(entries: Iterable[Entry], universe: Universe | None, where: str) -> None:
