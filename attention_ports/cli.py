@@ -368,8 +368,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         report = pipeline.run(source, sel, shard=shard, strict=args.strict, stop=state["stop"])
     gated = gates.apply(report, gate) if gate else None
     source.terminal(report, args.quiet)
-    gates.show(gated, gate)
     outcome.write_reports(report, targets)
+    gates.show(gated, gate)  # after the reports: a diff appended to the step summary follows the run's
     return outcome.exit_status(report, sel.ports, state["signum"])
 
 

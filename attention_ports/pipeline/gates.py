@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from attention_ports.core import validate
 from attention_ports.core.io import atomic_write
 from attention_ports.core.targets import check_targets
 from attention_ports.judge.results import FAILING, CaseResult, OutputResult
+from attention_ports.report.markdown import append_whole, is_step_summary
 from attention_ports.report.model import Report
 
 DEFAULT_FACTOR = 10.0
@@ -307,15 +309,18 @@ def from_options(
     gates.floor = DEFAULT_FLOOR if floor is None else floor
     wanted: dict[str, Path] = {}
     for path in diff:
-        fmt = DIFF_FORMATS.get(Path(path).suffix.lower())
+        # GitHub's step summary file has no extension: markdown, appended (as --markdown appends)
+        fmt = "summary" if is_step_summary(Path(path)) else DIFF_FORMATS.get(Path(path).suffix.lower())
         if fmt is None:
             raise GateError(f"{prefix}baseline-diff {path}: name a .md (markdown) or .json file")
         if fmt in wanted:
             raise GateError(f"{prefix}baseline-diff {path}: a {fmt} diff is already written to {wanted[fmt]}")
         wanted[fmt] = Path(path)
-    options = {f"{prefix}baseline-diff {p}": p for p in wanted.values()}
+    options = {f"{prefix}baseline-diff {p}": p for fmt, p in wanted.items() if fmt != "summary"}
     resolved = check_targets({**(taken or {}), **options})  # also: not the same file as a report
-    gates.diff_targets = {fmt: resolved[f"{prefix}baseline-diff {p}"] for fmt, p in wanted.items()}
+    gates.diff_targets = {
+        fmt: resolved.get(f"{prefix}baseline-diff {p}", Path(os.path.abspath(p))) for fmt, p in wanted.items()
+    }
     return gates
 
 
@@ -630,6 +635,8 @@ def write_diff(out: Outcome, gates: Gates) -> None:
     for fmt, path in gates.diff_targets.items():
         if fmt == "json":
             atomic_write(path, (json.dumps(diff_document(out, gates), indent=1) + "\n").encode())
+        elif fmt == "summary":
+            append_whole(path, ("\n" + diff_markdown(out, gates) + "\n").encode())
         else:
             atomic_write(path, (diff_markdown(out, gates) + "\n").encode())
 

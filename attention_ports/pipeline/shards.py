@@ -256,6 +256,6 @@ def main(paths: Sequence[Path], targets: dict[str, Path], strict: bool = False, 
     gated = gates.apply(report, gate) if gate else None
     print(f"merged {len(paths)} shard report(s) of a {report.meta.get('tier', '?')} run")
     print(summary_lines(report))
-    gates.show(gated, gate)
     outcome.write_reports(report, targets)
+    gates.show(gated, gate)
     return outcome.exit_status(report, (report.meta.get("ports") or {}).keys())
