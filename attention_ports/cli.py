@@ -5,10 +5,12 @@ Exit codes (every command):
   0    agree: nothing failed (``verify``: cases of an operation a port does not implement are
        ``missing``, counted apart, and fail only with ``--strict``; ``check-fixtures``: no drift)
   1    disagree: a case failed or errored, an output was not returned, ``--strict`` and a case
-       missing, or CI=true and an implementation passed zero cases (``check-fixtures``: drift)
+       missing, CI=true and an implementation passed zero cases, or a regression gate failed
+       (``--known-failures``, ``--baseline``) (``check-fixtures``: drift)
   2    bad input or usage: an unknown option, a malformed manifest or catalogue (file and field
        named), a fixture file that fails its checks (``verify`` still runs and reports the other
-       cases), a report target that cannot be written (checked before the run)
+       cases), a report target that cannot be written (checked before the run), a malformed
+       known-failures file or baseline report (file and line or field named)
   3    internal error: an unexpected exception in attention-ports itself (a short traceback is
        printed; please report it)
   130  interrupted by SIGINT, 143 by SIGTERM: no new case starts, the workers are killed, the

@@ -13,6 +13,10 @@ implementation passed zero cases fails too (as the pytest plugin's rule). ``miss
 ``unavailable`` cases did not run: never a pass, counted apart, and the headline says PASS only
 when every case asked for ran and agreed, otherwise how many passed of how many and what did not
 run (:meth:`Report.headline`). The command line's exit code follows :attr:`Report.ok`.
+
+The regression gates (attention_ports/pipeline/gates.py) set :attr:`Report.known` (a failing case
+whose every failing output a known-failures file lists is a *known failure*: neither failing nor a
+pass) and :attr:`Report.gate_failures` (each fails the run) once the run is judged.
 """
 
 from __future__ import annotations
