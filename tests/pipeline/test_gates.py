@@ -22,7 +22,8 @@ from attention_ports import cli
 from attention_ports.fixtures.store import REPO_FIXTURES
 
 BROKEN = "sdpa_causal_bool"  # its expected 'output' is sdpa_causal_additive's: the reference fails it
-CASES = (BROKEN, "sdpa_causal_additive", "softmax_ties")
+SOFTMAX = ("softmax_ties", "softmax_large_logits", "softmax_masked_overflow_underflow")
+CASES = (BROKEN, "sdpa_causal_additive", *SOFTMAX)
 
 
 def _files(node: Any) -> Iterator[str]:
@@ -39,7 +40,8 @@ def _files(node: Any) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fixture folder of CASES in which the reference fails BROKEN's 'output' (and nothing else)."""
+    """A fixture folder of CASES in which the reference fails BROKEN's 'output' (and nothing else);
+    its manifest is small, so that a run reads and checks it in milliseconds."""
     out = tmp_path_factory.mktemp("fixtures")
     manifest = json.loads((REPO_FIXTURES / "manifest.json").read_text())
     manifest["cases"] = [c for c in manifest["cases"] if c["id"] in CASES]
@@ -53,8 +55,8 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _verify(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = cli.main(["verify", "--quiet", "--impl", "reference", *args])
+def _verify(capsys: pytest.CaptureFixture[str], fixtures: Path, *args: str) -> tuple[int, str, str]:
+    code = cli.main(["verify", "--quiet", "--impl", "reference", "--dir", str(fixtures), *args])
     got = capsys.readouterr()
     return code, got.out, got.err
 
@@ -69,20 +71,18 @@ def _known(tmp_path: Path, text: str, name: str = "reference.known-failures") ->
 
 
 def test_an_unlisted_failure_fails_and_a_listed_one_is_a_known_failure(broken: Path, tmp_path: Path, capsys) -> None:
-    run = ("--dir", str(broken))
     empty = _known(tmp_path, "# reference: nothing known\n", "empty.txt")
-    code, out, _ = _verify(capsys, *run, "--known-failures", f"reference={empty}")
+    code, out, _ = _verify(capsys, broken, "--known-failures", f"reference={empty}")
     assert code == 1
     assert f"NOT LISTED: reference {BROKEN} output fails (not in {empty})" in out
-    assert "verdict: FAIL: 1 of 3 cases fail" in out
+    assert "verdict: FAIL: 1 of 5 cases fail" in out
 
     listed = _known(tmp_path, f"# the reference's known failures\n{BROKEN} output  # re-pointed on purpose\n")
     report, junit = tmp_path / "r.json", tmp_path / "r.xml"
-    code, out, _ = _verify(
-        capsys, *run, "--known-failures", f"reference={listed}", "--json", str(report), "--junit", str(junit)
-    )
+    gate = ("--known-failures", f"reference={listed}")
+    code, out, _ = _verify(capsys, broken, *gate, "--json", str(report), "--junit", str(junit))
     assert code == 0
-    assert "verdict: PASS for 2 of 3 cases; 1 known failure (listed, not a pass)" in out
+    assert "verdict: PASS for 4 of 5 cases; 1 known failure (listed, not a pass)" in out
     assert f"known failure: reference {BROKEN} output ({listed}:2: re-pointed on purpose)" in out
     summary = json.loads(report.read_text())["summary"]
     assert summary["ok"] is True and summary["complete"] is False
@@ -92,14 +92,14 @@ def test_an_unlisted_failure_fails_and_a_listed_one_is_a_known_failure(broken: P
     assert skipped is not None and skipped.get("message") == f"known failure ({listed}:2: re-pointed on purpose)"
     # '*' lists the whole case, as pytest's xfail marks a test
     whole = _known(tmp_path, f"{BROKEN} *  # every output of it\n", "whole.txt")
-    assert _verify(capsys, *run, "--known-failures", f"reference={whole}")[0] == 0
+    assert _verify(capsys, broken, "--known-failures", f"reference={whole}")[0] == 0
 
 
 def test_a_listed_failure_that_passes_fails_the_run_naming_the_line_to_delete(
     broken: Path, tmp_path: Path, capsys
 ) -> None:
     listed = _known(tmp_path, f"{BROKEN} output  # re-pointed\n{BROKEN} weights  # was wrong once\n")
-    code, out, _ = _verify(capsys, "--dir", str(broken), "--known-failures", f"reference={listed}")
+    code, out, _ = _verify(capsys, broken, "--known-failures", f"reference={listed}")
     assert code == 1
     assert (
         f"FIXED: reference {BROKEN} weights passes now: delete line 2 of {listed}: {BROKEN} weights  # was wrong once"
@@ -120,23 +120,23 @@ def test_a_listed_failure_that_passes_fails_the_run_naming_the_line_to_delete(
     ],
 )
 def test_a_bad_known_failures_file_is_bad_input_naming_the_file_and_line(
-    text: str, error: str, tmp_path: Path, capsys
+    broken: Path, text: str, error: str, tmp_path: Path, capsys
 ) -> None:
     listed = _known(tmp_path, text)
-    code, _, err = _verify(capsys, "--case", "softmax_ties", "--known-failures", f"reference={listed}")
+    code, _, err = _verify(capsys, broken, "--case", "softmax_ties", "--known-failures", f"reference={listed}")
     assert code == 2
     assert f"{listed}{error}" in err
 
 
-def test_known_failures_of_an_implementation_not_in_the_run_is_bad_input(tmp_path: Path, capsys) -> None:
+def test_known_failures_of_an_implementation_not_in_the_run_is_bad_input(broken: Path, tmp_path: Path, capsys) -> None:
     listed = _known(tmp_path, "softmax_ties y  # a\n")
-    code, _, err = _verify(capsys, "--case", "softmax_ties", "--known-failures", f"r={listed}")
+    code, _, err = _verify(capsys, broken, "--case", "softmax_ties", "--known-failures", f"r={listed}")
     assert code == 2 and f"--known-failures r={listed}: r is not an implementation of this run (reference)" in err
 
 
-def test_an_entry_for_a_case_not_selected_is_not_judged(tmp_path: Path, capsys) -> None:
+def test_an_entry_for_a_case_not_selected_is_not_judged(broken: Path, tmp_path: Path, capsys) -> None:
     listed = _known(tmp_path, "sdpa_causal_bool output  # of another selection\n")
-    code, out, _ = _verify(capsys, "--case", "softmax_ties", "--known-failures", f"reference={listed}")
+    code, out, _ = _verify(capsys, broken, "--case", "softmax_ties", "--known-failures", f"reference={listed}")
     assert code == 0
     assert f"not judged: {listed}:1 (sdpa_causal_bool output): its case did not run (not selected in this run)" in out
 
@@ -145,9 +145,21 @@ def test_an_entry_for_a_case_not_selected_is_not_judged(tmp_path: Path, capsys) 
 
 
 @pytest.fixture(scope="module")
-def softmax_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def softmax_run(broken: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     path = tmp_path_factory.mktemp("baseline") / "softmax.json"
-    assert cli.main(["verify", "--quiet", "--impl", "reference", "--case", "softmax_*", "--json", str(path)]) == 0
+    args = [
+        "verify",
+        "--quiet",
+        "--impl",
+        "reference",
+        "--dir",
+        str(broken),
+        "--case",
+        "softmax_*",
+        "--json",
+        str(path),
+    ]
+    assert cli.main(args) == 0
     return json.loads(path.read_text())
 
 
@@ -163,7 +175,7 @@ def _baseline(doc: dict[str, Any], path: Path, **scaled: float) -> Path:
 
 
 def test_a_10x_accuracy_regression_above_the_floor_fails_and_the_diff_says_so(
-    softmax_run: dict[str, Any], tmp_path: Path, capsys
+    broken: Path, softmax_run: dict[str, Any], tmp_path: Path, capsys
 ) -> None:
     now = {r["case"]: r["err_over_bound"] for r in softmax_run["results"]}
     assert 0.07 < now["softmax_large_logits"] < 0.08  # the reference's own err/bnd here: 12x the baseline's
@@ -171,70 +183,70 @@ def test_a_10x_accuracy_regression_above_the_floor_fails_and_the_diff_says_so(
     md, js = tmp_path / "diff.md", tmp_path / "diff.json"
     run = ("--case", "softmax_*", "--baseline", str(base))
     diff = ("--baseline-diff", str(md), "--baseline-diff", str(js))
-    code, out, _ = _verify(capsys, *run, "--baseline-floor", "0.005", *diff)
+    code, out, _ = _verify(capsys, broken, *run, "--baseline-floor", "0.005", *diff)
     assert code == 1
     assert (
         "WORSE: reference softmax_large_logits y: err/bnd 0.00619 -> 0.0742 (12x; past 10 x max(baseline, floor 0.005))"
         in out
     )
     assert "verdict: FAIL: 1 regression gate failure(s)" in out
-    assert "1 worse, 0 better of 11 outputs compared" in out
+    assert "1 worse, 0 better of 3 outputs compared" in out
     doc = json.loads(js.read_text())
     assert doc["ok"] is False and [(c["case"], c["output"]) for c in doc["worse"]] == [("softmax_large_logits", "y")]
     assert doc["worse"][0]["before"]["err_over_bound"] == pytest.approx(now["softmax_large_logits"] / 12)
     assert "| reference | softmax_large_logits | y | pass 0.00619 | pass 0.0742 |" in md.read_text()
     # At the default floor (0.01) the same 12x is a change from below the floor: 0.0742 is under
     # 10 x 0.01, rounding-level for the reference, and does not fail.
-    code, out, _ = _verify(capsys, *run)
-    assert code == 0 and "0 worse, 0 better of 11 outputs compared" in out
+    code, out, _ = _verify(capsys, broken, *run)
+    assert code == 0 and "0 worse, 0 better of 3 outputs compared" in out
     # A 12x gain is "better" (the baseline was the worse run)
     better = _baseline(softmax_run, tmp_path / "better.json", softmax_large_logits=1 / 12)
-    code, out, _ = _verify(capsys, "--case", "softmax_*", "--baseline", str(better), "--baseline-floor", "0.005")
+    code, out, _ = _verify(
+        capsys, broken, "--case", "softmax_*", "--baseline", str(better), "--baseline-floor", "0.005"
+    )
     assert code == 0 and "better: reference softmax_large_logits y: err/bnd 0.891 -> 0.0742 (1/12)" in out
 
 
 def test_a_50x_change_of_rounding_noise_below_the_floor_does_not_fail(
-    softmax_run: dict[str, Any], tmp_path: Path, capsys
+    broken: Path, softmax_run: dict[str, Any], tmp_path: Path, capsys
 ) -> None:
     now = {r["case"]: r["err_over_bound"] for r in softmax_run["results"]}
     assert 1e-4 < now["softmax_masked_overflow_underflow"] < 1e-3  # rounding-level
     base = _baseline(softmax_run, tmp_path / "base.json", softmax_masked_overflow_underflow=50)
-    code, out, _ = _verify(capsys, "--case", "softmax_*", "--baseline", str(base))
+    code, out, _ = _verify(capsys, broken, "--case", "softmax_*", "--baseline", str(base))
     assert code == 0 and "0 worse" in out
     # without the floor the same noise would trip the gate: the floor is what keeps it quiet
-    code, out, _ = _verify(capsys, "--case", "softmax_*", "--baseline", str(base), "--baseline-floor", "0")
+    code, out, _ = _verify(capsys, broken, "--case", "softmax_*", "--baseline", str(base), "--baseline-floor", "0")
     assert code == 1 and "WORSE: reference softmax_masked_overflow_underflow y" in out and "(50x;" in out
 
 
 def test_an_output_that_passed_in_the_baseline_and_fails_now_fails(broken: Path, tmp_path: Path, capsys) -> None:
     report = tmp_path / "now.json"
-    assert _verify(capsys, "--dir", str(broken), "--json", str(report))[0] == 1
+    assert _verify(capsys, broken, "--json", str(report))[0] == 1
     doc = json.loads(report.read_text())
     for row in doc["results"]:  # the baseline: every output passed
         row["status"], row["err_over_bound"] = "pass", 0.5 if row["case"] == BROKEN else row["err_over_bound"]
     base = tmp_path / "base.json"
     base.write_text(json.dumps(doc))
     listed = _known(tmp_path, f"{BROKEN} output  # accepted in this PR\n")
-    code, out, _ = _verify(capsys, "--dir", str(broken), "--baseline", str(base))
+    code, out, _ = _verify(capsys, broken, "--baseline", str(base))
     assert code == 1 and f"WORSE: reference {BROKEN} output: passed in the baseline, now fails" in out
     # listed as a known failure, the regression is accepted (the file is the reviewed record)
-    code, out, _ = _verify(
-        capsys, "--dir", str(broken), "--baseline", str(base), "--known-failures", f"reference={listed}"
-    )
+    code, out, _ = _verify(capsys, broken, "--baseline", str(base), "--known-failures", f"reference={listed}")
     assert code == 0 and f"worse, accepted by {listed}:1: reference {BROKEN} output" in out
 
 
 def test_a_bad_baseline_is_bad_input_naming_the_file_and_field(
-    softmax_run: dict[str, Any], tmp_path: Path, capsys
+    broken: Path, softmax_run: dict[str, Any], tmp_path: Path, capsys
 ) -> None:
     run = ("--case", "softmax_ties", "--baseline")
-    code, _, err = _verify(capsys, *run, str(tmp_path))
+    code, _, err = _verify(capsys, broken, *run, str(tmp_path))
     assert code == 2 and f"{tmp_path}: not a regular file (a directory)" in err
     for path, mutate, error in (
         (
             "bad_eob.json",
-            lambda d: d["results"][3].update(err_over_bound=[1]),
-            "results[3].err_over_bound: expected a number",
+            lambda d: d["results"][2].update(err_over_bound=[1]),
+            "results[2].err_over_bound: expected a number",
         ),
         ("bad_status.json", lambda d: d["results"][0].update(status="ok"), "results[0].status: 'ok' is not one of"),
         ("bad_version.json", lambda d: d.update(version=99), "version: 99; a baseline is a JSON report of format 3 to"),
@@ -243,32 +255,32 @@ def test_a_bad_baseline_is_bad_input_naming_the_file_and_field(
         doc = json.loads(json.dumps(softmax_run))
         mutate(doc)
         (tmp_path / path).write_text(json.dumps(doc))
-        code, _, err = _verify(capsys, *run, str(tmp_path / path))
+        code, _, err = _verify(capsys, broken, *run, str(tmp_path / path))
         assert code == 2 and f"{tmp_path / path}: {error}" in err, err
     (tmp_path / "half.json").write_text(json.dumps(softmax_run)[:100])
-    code, _, err = _verify(capsys, *run, str(tmp_path / "half.json"))
+    code, _, err = _verify(capsys, broken, *run, str(tmp_path / "half.json"))
     assert code == 2 and f"{tmp_path / 'half.json'}: not a JSON report" in err
-    code, _, err = _verify(capsys, "--case", "softmax_ties", "--baseline-factor", "5")
+    code, _, err = _verify(capsys, broken, "--case", "softmax_ties", "--baseline-factor", "5")
     assert code == 2 and "--baseline-factor, --baseline-floor and --baseline-diff go with --baseline" in err
 
 
 def test_a_baseline_of_other_fixtures_is_compared_with_a_warning(
-    softmax_run: dict[str, Any], tmp_path: Path, capsys
+    broken: Path, softmax_run: dict[str, Any], tmp_path: Path, capsys
 ) -> None:
     doc = json.loads(json.dumps(softmax_run))
     doc["meta"]["fixtures"]["manifest_sha256"] = "0" * 64
     (tmp_path / "other.json").write_text(json.dumps(doc))
-    code, out, _ = _verify(capsys, "--case", "softmax_*", "--baseline", str(tmp_path / "other.json"))
+    code, out, _ = _verify(capsys, broken, "--case", "softmax_*", "--baseline", str(tmp_path / "other.json"))
     assert code == 0
     assert f"warning: the baseline {tmp_path / 'other.json'} judged other fixtures (manifest sha256 000000000000" in out
-    assert "0 worse, 0 better of 11 outputs compared" in out
+    assert "0 worse, 0 better of 3 outputs compared" in out
 
 
 # --------------------------------------------------------------------- shards and merge-reports
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+def shards(broken: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     folder = tmp_path_factory.mktemp("gated-shards")
     paths = [folder / f"s{k}.json" for k in (1, 2)]
     for k, path in enumerate(paths, 1):
@@ -277,6 +289,8 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
             "--quiet",
             "--impl",
             "reference",
+            "--dir",
+            str(broken),
             "--case",
             "softmax_*",
             "--shard",
@@ -299,52 +313,64 @@ def _edited(path: Path, out: Path, **rows: dict[str, Any]) -> Path:
     return out
 
 
-def test_a_shard_leaves_entries_of_other_shards_to_merge_reports(shards: list[Path], tmp_path: Path, capsys) -> None:
+def test_a_shard_leaves_entries_of_other_shards_to_merge_reports(
+    broken: Path, shards: list[Path], tmp_path: Path, capsys
+) -> None:
     units = [json.loads(p.read_text())["meta"]["shard"]["units"] for p in shards]
     passing = units[0][0]  # a case of shard 1 that passes
     listed = _known(tmp_path, f"{passing} y  # listed, and passes\n")
     gate = ("--known-failures", f"reference={listed}")
-    code, out, _ = _verify(capsys, "--case", "softmax_*", "--shard", "2/2", *gate)
+    code, out, _ = _verify(capsys, broken, "--case", "softmax_*", "--shard", "2/2", *gate)
     assert code == 0 and "1 entries name cases of other shards: merge-reports judges them on the whole run" in out
-    assert _verify(capsys, "--case", "softmax_*", "--shard", "1/2", *gate)[0] == 1
+    assert _verify(capsys, broken, "--case", "softmax_*", "--shard", "1/2", *gate)[0] == 1
     assert cli.main(["merge-reports", *map(str, shards), *gate]) == 1
     assert f"delete line 1 of {listed}: {passing} y  # listed, and passes" in capsys.readouterr().out
 
 
 def test_merge_reports_judges_known_failures_and_the_baseline_on_the_whole_run(
-    shards: list[Path], tmp_path: Path, capsys
+    broken: Path, shards: list[Path], tmp_path: Path, capsys
 ) -> None:
-    s1, s2 = shards
     whole = tmp_path / "whole.json"
-    assert cli.main(["verify", "--quiet", "--impl", "reference", "--case", "softmax_*", "--json", str(whole)]) == 0
+    args = [
+        "verify",
+        "--quiet",
+        "--impl",
+        "reference",
+        "--dir",
+        str(broken),
+        "--case",
+        "softmax_*",
+        "--json",
+        str(whole),
+    ]
+    assert cli.main(args) == 0
     capsys.readouterr()
     failing = {"status": "fail", "err_over_bound": 3.5, "mismatches": 2}
-    # shard 2 as a port's run: softmax_ties fails, softmax_large_logits 12x less accurate (0.074 -> 0.89,
-    # above the default floor), softmax_very_negative 50x noisier (2.2e-05 -> 1.1e-03, below it)
-    s2_now = _edited(
-        s2,
-        tmp_path / "s2_now.json",
-        softmax_ties=failing,
-        softmax_large_logits={"err_over_bound": 0.891},
-        softmax_very_negative={"err_over_bound": 1.1e-3},
-    )
-    code = cli.main(["merge-reports", str(s1), str(s2_now)])
-    assert code == 1 and "verdict: FAIL: 1 of 11 cases fail" in capsys.readouterr().out
+    # the shards as a port's run: softmax_ties fails, softmax_large_logits 12x less accurate (0.074 ->
+    # 0.89, above the default floor), softmax_masked_overflow_underflow 45x noisier (2.2e-04 -> 9.8e-03,
+    # below it)
+    changes = {
+        "softmax_ties": failing,
+        "softmax_large_logits": {"err_over_bound": 0.891},
+        "softmax_masked_overflow_underflow": {"err_over_bound": 9.8e-3},
+    }
+    now = [str(_edited(path, tmp_path / f"now-{path.name}", **changes)) for path in shards]
+    code = cli.main(["merge-reports", *now])
+    assert code == 1 and "verdict: FAIL: 1 of 3 cases fail" in capsys.readouterr().out
     listed = _known(tmp_path, "softmax_ties y  # a known, tracked difference\n")
     md = tmp_path / "diff.md"
     gate = ["--known-failures", f"reference={listed}", "--baseline", str(whole), "--baseline-diff", str(md)]
-    code = cli.main(["merge-reports", str(s1), str(s2_now), *gate])
+    code = cli.main(["merge-reports", *now, *gate])
     out = capsys.readouterr().out
     assert code == 1
     assert f"known failure: reference softmax_ties y ({listed}:1: a known, tracked difference)" in out
     assert "WORSE: reference softmax_large_logits y: err/bnd 0.0742 -> 0.891 (12x" in out
-    assert "softmax_very_negative" not in out  # 50x, under the floor: noise
+    assert "softmax_masked_overflow_underflow" not in out  # 45x, under the floor: noise
     assert "worse, accepted by" in out and "softmax_ties y: passed in the baseline, now fails" in out
-    assert "**2 worse, 0 better** of 11 outputs compared" in md.read_text()
+    assert "**2 worse, 0 better** of 3 outputs compared" in md.read_text()
     # with the accuracy back, the merged run passes as one with a known failure
-    s2_fixed = _edited(s2, tmp_path / "s2_fixed.json", softmax_ties=failing)
-    code = cli.main(["merge-reports", str(s1), str(s2_fixed), *gate[:4]])
+    fixed = [str(_edited(path, tmp_path / f"fixed-{path.name}", softmax_ties=failing)) for path in shards]
+    code = cli.main(["merge-reports", *fixed, *gate[:4]])
     assert (
-        code == 0
-        and "verdict: PASS for 10 of 11 cases; 1 known failure (listed, not a pass)" in capsys.readouterr().out
+        code == 0 and "verdict: PASS for 2 of 3 cases; 1 known failure (listed, not a pass)" in capsys.readouterr().out
     )
