@@ -177,16 +177,14 @@ def port_paths(request: pytest.FixtureRequest) -> dict[str, Path]:
 def gates_of(config: pytest.Config) -> gates.Gates:
     """The ``--ap-*`` gate options, their files read and checked (a bad one is a usage error naming
     the file and the line or field), as verify checks them before its run."""
-    from pathlib import Path as P
-
     opt = config.getoption
     try:
         gate = gates.from_options(
             opt("--ap-known-failures"),
-            None if opt("--ap-baseline") is None else P(opt("--ap-baseline")),
+            None if opt("--ap-baseline") is None else Path(opt("--ap-baseline")),
             opt("--ap-baseline-factor"),
             opt("--ap-baseline-floor"),
-            [P(d) for d in opt("--ap-baseline-diff")],
+            [Path(d) for d in opt("--ap-baseline-diff")],
             prefix="--ap-",
         )
         gates.prepare(gate, selected_impls(config), "catalogue", None, REPO_FIXTURES)
@@ -234,12 +232,11 @@ class GateSession:
     results: list[CaseResult] = field(default_factory=list)
     out: gates.Outcome | None = None
 
-    @pytest.hookimpl(wrapper=True)
+    @pytest.hookimpl(hookwrapper=True)  # the old style: pytest 7 has no wrapper=True
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
-        report = yield
+        outcome = yield
         if call.when == "call" and _OUTPUTS in item.stash:
-            setattr(report, OUTPUTS_ATTR, item.stash[_OUTPUTS])
-        return report
+            setattr(outcome.get_result(), OUTPUTS_ATTR, item.stash[_OUTPUTS])
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         got = getattr(report, OUTPUTS_ATTR, None)

@@ -541,7 +541,9 @@ def terminal(out: Outcome, gates: Gates) -> str:
     for name, entries in gates.known.items():
         file = gates.files.get(name, "?")
         known = [e for e, _ in out.known if e.impl == name]
-        lines.append(f"  known failures of {name} ({file}, {len(entries)} entries): {len(known)} fail as listed")
+        lines.append(
+            f"  known failures of {name} ({file}, {_n(len(entries), 'entry', 'entries')}): {len(known)} fail as listed"
+        )
         for e in known[:MAX_LISTED]:
             lines.append(f"    known failure: {name} {e.case} {e.output} ({e.where}: {e.reason})")
         for case, bad in out.unlisted.get(name, [])[:MAX_LISTED]:
@@ -551,7 +553,9 @@ def terminal(out: Outcome, gates: Gates) -> str:
     for e, why in out.not_judged[:MAX_LISTED]:
         lines.append(f"  not judged: {e.where} ({e.case} {e.output}): {why}")
     if out.deferred:
-        lines.append(f"  {out.deferred} entries name cases of other shards: merge-reports judges them on the whole run")
+        lines.append(
+            f"  {_n(out.deferred, 'entry names', 'entries name')} cases of other shards: merge-reports judges them"
+        )
     lines += [f"  STALE: {p}" for p in out.stale]
     if gates.baseline is not None:
         b = gates.baseline
@@ -573,6 +577,10 @@ def terminal(out: Outcome, gates: Gates) -> str:
     why += [f"{unlisted} unlisted failing case(s)"] if unlisted else []
     lines.append(f"  gates: FAIL: {', '.join(why)}" if why else "  gates: pass")
     return "\n".join(lines)
+
+
+def _n(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
 
 
 def diff_document(out: Outcome, gates: Gates) -> dict[str, Any]:
