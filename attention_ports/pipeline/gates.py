@@ -550,8 +550,12 @@ def terminal(out: Outcome, gates: Gates) -> str:
             lines.append(f"    NOT LISTED: {name} {case} {', '.join(bad)} fails (not in {file})")
     for e in out.fixed:
         lines.append(f"  FIXED: {e.impl} {e.case} {e.output} passes now: delete line {e.line} of {e.file}: {e.text}")
-    for e, why in out.not_judged[:MAX_LISTED]:
-        lines.append(f"  not judged: {e.where} ({e.case} {e.output}): {why}")
+    by_why: dict[str, list[Entry]] = {}
+    for e, why in out.not_judged:  # a --case selection can leave most of a file aside: one line per reason
+        by_why.setdefault(why, []).append(e)
+    for why, es in by_why.items():
+        named = ", ".join(f"{e.where} ({e.case} {e.output})" for e in es[:3]) + (", ..." if len(es) > 3 else "")
+        lines.append(f"  not judged: {_n(len(es), 'entry', 'entries')}, {why}: {named}")
     if out.deferred:
         lines.append(
             f"  {_n(out.deferred, 'entry names', 'entries name')} cases of other shards: merge-reports judges them"

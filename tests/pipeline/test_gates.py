@@ -138,7 +138,8 @@ def test_an_entry_for_a_case_not_selected_is_not_judged(broken: Path, tmp_path: 
     listed = _known(tmp_path, "sdpa_causal_bool output  # of another selection\n")
     code, out, _ = _verify(capsys, broken, "--case", "softmax_ties", "--known-failures", f"reference={listed}")
     assert code == 0
-    assert f"not judged: {listed}:1 (sdpa_causal_bool output): its case did not run (not selected in this run)" in out
+    why = "its case did not run (not selected in this run)"
+    assert f"not judged: 1 entry, {why}: {listed}:1 (sdpa_causal_bool output)" in out
 
 
 # --------------------------------------------------------------------- baseline, verify
