@@ -20,9 +20,10 @@ written (docs/ports.md, "Known failures and baselines"; docs/cli.md, the flags):
   rounding noise from tripping it: a correct implementation's err/bnd is rounding-level (the
   NumPy reference's worst is 0.088 over the catalogue's 883 outputs) and depends on the order of
   the sums (a port's code, the CPU's BLAS kernel): near zero a small change is a large ratio, so
-  growth is measured from at least the floor. A listed known failure is accepted (the file is the reviewed record of it). The diff of
-  what got worse and better is printed, and written as markdown (a PR comment) or JSON
-  (``--baseline-diff FILE.md`` / ``FILE.json``).
+  growth is measured from at least the floor. A listed known failure is accepted (the file is the
+  reviewed record of it). The diff of what got worse and better is printed, and written as
+  markdown (a PR comment, or appended to ``$GITHUB_STEP_SUMMARY``) or JSON (``--baseline-diff
+  FILE.md`` / ``FILE.json``).
 
 Layer: pipeline (above ``outcome``, below ``shards``); imports ``core``, ``fixtures``, ``judge``
 and ``report``.
