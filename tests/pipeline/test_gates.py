@@ -375,3 +375,21 @@ def test_merge_reports_judges_known_failures_and_the_baseline_on_the_whole_run(
     assert (
         code == 0 and "verdict: PASS for 2 of 3 cases; 1 known failure (listed, not a pass)" in capsys.readouterr().out
     )
+
+
+def test_the_diff_is_appended_to_the_github_step_summary(
+    broken: Path, softmax_run: dict[str, Any], tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """GitHub's step summary file has no extension: named by $GITHUB_STEP_SUMMARY, the diff is
+    markdown, appended after what earlier steps wrote (and beside --markdown on the same file)."""
+    summary = tmp_path / "step_summary_0a1b"
+    summary.write_text("## an earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    base = _baseline(softmax_run, tmp_path / "base.json", softmax_large_logits=12)
+    args = ("--case", "softmax_*", "--baseline", str(base), "--baseline-floor", "0.005")
+    code, _, _ = _verify(capsys, broken, *args, "--markdown", str(summary), "--baseline-diff", str(summary))
+    assert code == 1
+    text = summary.read_text()
+    assert text.startswith("## an earlier step\n")
+    assert text.index("## attention-ports verify: FAIL") < text.index("## attention-ports against the baseline: FAIL")
+    assert "| reference | softmax_large_logits | y | pass 0.00619 | pass 0.0742 |" in text
