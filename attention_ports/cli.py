@@ -5,10 +5,12 @@ Exit codes (every command):
   0    agree: nothing failed (``verify``: cases of an operation a port does not implement are
        ``missing``, counted apart, and fail only with ``--strict``; ``check-fixtures``: no drift)
   1    disagree: a case failed or errored, an output was not returned, ``--strict`` and a case
-       missing, or CI=true and an implementation passed zero cases (``check-fixtures``: drift)
+       missing, CI=true and an implementation passed zero cases, or a regression gate failed
+       (``--known-failures``, ``--baseline``) (``check-fixtures``: drift)
   2    bad input or usage: an unknown option, a malformed manifest or catalogue (file and field
        named), a fixture file that fails its checks (``verify`` still runs and reports the other
-       cases), a report target that cannot be written (checked before the run)
+       cases), a report target that cannot be written (checked before the run), a malformed
+       known-failures file or baseline report (file and line or field named)
   3    internal error: an unexpected exception in attention-ports itself (a short traceback is
        printed; please report it)
   130  interrupted by SIGINT, 143 by SIGTERM: no new case starts, the workers are killed, the
@@ -32,7 +34,7 @@ from pathlib import Path
 from attention_ports.core import paths, progress
 from attention_ports.core.targets import TargetError, check_targets
 from attention_ports.fixtures.store import REPO_FIXTURES, FixtureError, check, generate
-from attention_ports.pipeline import outcome, shards
+from attention_ports.pipeline import gates, outcome, shards
 from attention_ports.pipeline import verify as pipeline
 from attention_ports.pipeline.verify import fixtures_meta, verify_meta  # noqa: F401 (cli.verify_meta: the tests' name)
 from attention_ports.runtimes import reaper, registry, supervisor
@@ -49,7 +51,7 @@ EXIT_DISAGREE = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
 EXIT_SIGNAL_BASE = 128  # + the signal's number: 130 for SIGINT, 143 for SIGTERM (the shell's convention)
-BAD_INPUT = (FixtureError, CatalogueError, MutantError, TargetError)
+BAD_INPUT = (FixtureError, CatalogueError, MutantError, TargetError, gates.GateError)
 
 
 class Interrupted(BaseException):  # a signal, like KeyboardInterrupt, not an error
@@ -221,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the K-th of N parts of the selected cases, balanced by expected cost (then merge-reports)",
     )
 
+    add_gate_options(v)
+
     mr = sub.add_parser("merge-reports", help="merge the JSON reports of verify --shard K/N into the run's one report")
     mr.add_argument("reports", nargs="+", type=Path, help="every shard's JSON report (verify --shard K/N --json F)")
     mr.add_argument("--json", type=Path, default=None, help="write the merged machine-readable report here")
@@ -230,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mr.add_argument("--html", type=Path, default=None, help="write the merged HTML page here")
     mr.add_argument("--strict", action="store_true", help="missing (not implemented) operations fail too")
+    add_gate_options(mr)
 
     d = sub.add_parser("doctor", help="show which runtimes are available and the command that gets each missing one")
     d.add_argument(
@@ -306,6 +311,54 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_gate_options(p: argparse.ArgumentParser) -> None:
+    """The regression gates' options (attention_ports/pipeline/gates.py), the same on verify and merge-reports."""
+    p.add_argument(
+        "--known-failures",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="implementation NAME's known failures, one 'CASE OUTPUT  # reason' a line (repeatable): a listed "
+        "failure does not fail the run, an unlisted one does, and so does a listed one that passes",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="REPORT.json",
+        help="fail on regressions against this JSON report",
+    )
+    p.add_argument(
+        "--baseline-factor",
+        type=float,
+        default=None,
+        metavar="X",
+        help=f"with --baseline: err/bnd past X x max(baseline, floor) fails (default {gates.DEFAULT_FACTOR:g})",
+    )
+    p.add_argument(
+        "--baseline-floor",
+        type=float,
+        default=None,
+        metavar="F",
+        help=f"with --baseline: err/bnd below F counts as F, rounding-level (default {gates.DEFAULT_FLOOR:g})",
+    )
+    p.add_argument(
+        "--baseline-diff",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="with --baseline: write what got worse and better here (.md: markdown, .json: JSON; repeatable)",
+    )
+
+
+def gate_options(args: argparse.Namespace, targets: dict[str, Path]) -> gates.Gates:
+    """The gates the options name, their files read and checked before the run (GateError: exit 2)."""
+    return gates.from_options(
+        args.known_failures, args.baseline, args.baseline_factor, args.baseline_floor, args.baseline_diff, targets
+    )
+
+
 def progress_bar(what: str) -> Callable[[int, int, str], None]:
     """A progress bar on stderr (a tty), or a plain line every 10% (a log file, CI)."""
     return progress.bar(what)
@@ -365,7 +418,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"attention-ports verify: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     targets = report_targets(args)
+    gate = gate_options(args, targets)
     sel = pipeline.select_implementations(args.impl, args.port)
+    gates.prepare(gate, sel.impls, source.tier, getattr(source, "precision", None), source.fixtures_dir())
     shard = None
     if args.shard is not None:
         try:
@@ -375,15 +430,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
     with graceful_stop() if source.graceful else contextlib.nullcontext({"stop": None, "signum": None}) as state:
         report = pipeline.run(source, sel, shard=shard, strict=args.strict, stop=state["stop"])
+    gated = gates.apply(report, gate) if gate else None
     source.terminal(report, args.quiet)
     outcome.write_reports(report, targets)
+    gates.show(gated, gate)  # after the reports: a diff appended to the step summary follows the run's
     return outcome.exit_status(report, sel.ports, state["signum"])
 
 
 def cmd_merge_reports(args: argparse.Namespace) -> int:
     targets = report_targets(args)
     try:
-        return shards.main(args.reports, targets, strict=args.strict)
+        return shards.main(args.reports, targets, strict=args.strict, gate=gate_options(args, targets))
     except shards.ShardError as exc:
         print(f"attention-ports merge-reports: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -40,7 +40,7 @@ from typing import Any
 
 from attention_ports.judge.results import CaseResult
 from attention_ports.judge.runner import in_ci
-from attention_ports.pipeline import outcome
+from attention_ports.pipeline import gates, outcome
 from attention_ports.report import json_report
 from attention_ports.report.model import Agreement, Report
 
@@ -353,12 +353,17 @@ def merge(paths: Sequence[Path], strict: bool = False) -> Report:
     return Report(ordered, meta, strict=strict, interrupted=False, ci=in_ci(), agreement_counts=agreement)
 
 
-def main(paths: Sequence[Path], targets: dict[str, Path], strict: bool = False) -> int:
-    """``attention-ports merge-reports``: the merged report's headline, its files, its exit status."""
+def main(paths: Sequence[Path], targets: dict[str, Path], strict: bool = False, gate: gates.Gates | None = None) -> int:
+    """``attention-ports merge-reports``: the merged report's headline, its files, its exit status;
+    the regression gates (``gate``) judged on the whole run."""
     from attention_ports.report import summary_lines
 
     report = merge(paths, strict)
+    gate = gate or gates.Gates()
+    gates.prepare_merged(gate, report)
+    gated = gates.apply(report, gate) if gate else None
     print(f"merged {len(paths)} shard report(s) of a {report.meta.get('tier', '?')} run")
     print(summary_lines(report))
     outcome.write_reports(report, targets)
+    gates.show(gated, gate)
     return outcome.exit_status(report, (report.meta.get("ports") or {}).keys())

@@ -13,6 +13,10 @@ implementation passed zero cases fails too (as the pytest plugin's rule). ``miss
 ``unavailable`` cases did not run: never a pass, counted apart, and the headline says PASS only
 when every case asked for ran and agreed, otherwise how many passed of how many and what did not
 run (:meth:`Report.headline`). The command line's exit code follows :attr:`Report.ok`.
+
+The regression gates (attention_ports/pipeline/gates.py) set :attr:`Report.known` (a failing case
+whose every failing output a known-failures file lists is a *known failure*: neither failing nor a
+pass) and :attr:`Report.gate_failures` (each fails the run) once the run is judged.
 """
 
 from __future__ import annotations
@@ -81,6 +85,12 @@ class Report:
     # The agreement counted already (merge-reports sums its shards': a shard holds every
     # implementation of its cases, and the arrays two failures are compared by are not in the JSON).
     agreement_counts: dict[tuple[str, str], Agreement] | None = None
+    # The regression gates' findings (attention_ports/pipeline/gates.py), set once the run is judged:
+    # (impl, case, output) -> "FILE:LINE: reason" for a failing output a known-failures file lists
+    # (its case is then a known failure, not failing, unless another output fails unlisted), and
+    # what the gates fail the run for (a listed output that now passes, a regression on the baseline).
+    known: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    gate_failures: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.impls = list(dict.fromkeys(r.impl for r in self.results))
@@ -95,8 +105,17 @@ class Report:
     def failing_statuses(self) -> set[str]:
         return failing_statuses(self.strict)
 
+    def is_known(self, r: CaseResult) -> bool:
+        """A known failure: the case fails, and every failing output is listed in a known-failures file."""
+        bad = [o for o in r.outputs if o.status in FAILING]
+        return bool(bad) and all((r.impl, r.case, o.output) in self.known for o in bad)
+
     def is_failing(self, r: CaseResult) -> bool:
-        return r.status in self.failing_statuses
+        return r.status in self.failing_statuses and not self.is_known(r)
+
+    @property
+    def known_failures(self) -> list[CaseResult]:
+        return [r for r in self.results if self.is_known(r)]
 
     @property
     def failures(self) -> list[CaseResult]:
@@ -112,7 +131,7 @@ class Report:
         """The run's verdict, the exit status's: nothing failing, and under CI every implementation
         passed something. Cases that did not run (``missing``, ``unavailable``) do not make it false
         (except ``missing`` under --strict); :attr:`complete` says whether everything ran."""
-        return not self.failures and not (self.ci and self.zero_pass())
+        return not self.failures and not (self.ci and self.zero_pass()) and not self.gate_failures
 
     @property
     def complete(self) -> bool:
@@ -146,17 +165,21 @@ class Report:
             who = f" ({', '.join(per)})" if len(self.impls) > 1 else ""
             strict = " (failing under --strict)" if status == "missing" and self.strict else ""
             skipped.append(f"{count} {NOT_RUN[status]}{who}{strict}")
+        if known := len(self.known_failures):
+            skipped.insert(0, f"{known} known failure{'s' if known > 1 else ''} (listed, not a pass)")
         if self.interrupted:
             skipped.append("interrupted: only the cases that finished are counted")
         rest = "; " + ", ".join(skipped) if skipped else ""
         if self.complete:
             return f"PASS: all {n} {unit} agree with the truth"
-        if self.ok and not passed:  # nothing failed because nothing ran: no PASS at all
+        if self.ok and not passed and not known:  # nothing failed because nothing ran: no PASS at all
             return f"NOTHING RAN: 0 of {n} {unit}{rest}"
         if self.ok:
             return f"PASS for {passed} of {n} {unit}{rest}"
-        failed = sum(r.status in FAILING for r in self.results)
+        failed = sum(r.status in FAILING and not self.is_known(r) for r in self.results)
         parts = [f"{failed} of {n} {unit} fail"] if failed else []
+        if self.gate_failures:
+            parts.append(f"{len(self.gate_failures)} regression gate failure(s)")
         if self.ci and (empty := self.zero_pass()):
             parts.append(f"{', '.join(empty)} passed zero cases (CI=true: a run must prove its cases ran)")
         return f"FAIL: {'; '.join(parts) or f'{passed} of {n} {unit} pass'}{rest}"
@@ -183,6 +206,12 @@ class Report:
         return out
 
     def summary(self) -> dict[str, Any]:
+        gated = {}  # only in a run judged by the regression gates, so other reports stay as they were
+        if self.known or self.gate_failures:
+            gated = {
+                "known_failures": [[r.impl, r.case] for r in self.known_failures],
+                "gate_failures": list(self.gate_failures),
+            }
         return {
             "cases": len(self.cases),
             "implementations": {impl: dict(sorted(c.items())) for impl, c in self.counts().items()},
@@ -194,6 +223,7 @@ class Report:
                 impl: {op: {k: finite_or_text(v) for k, v in cell.items()} for op, cell in ops.items()}
                 for impl, ops in self.accuracy().items()
             },
+            **gated,
         }
 
     def agreement(self) -> dict[tuple[str, str], Agreement]:
