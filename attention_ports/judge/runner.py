@@ -297,7 +297,14 @@ def run_suite(
             except ImplementationUnavailable as exc:
                 unavailable = str(exc)
         owned = impl is not None and name not in (live or {})
+        not_loaded = ""  # the port's load error: the same for every case, so said once (not per case)
+        not_loaded_at: str | None = None  # the case that carries it
         try:
+            if impl is not None:
+                try:
+                    impl.prepare()
+                except ImplementationError as exc:
+                    not_loaded = f"{name}: the port did not load, so no case ran on it: {exc}"
             for i, (entry, case) in enumerate(zip(entries, cases, strict=True)):
                 if stop.is_set():
                     break
@@ -316,6 +323,15 @@ def run_suite(
                     res.outputs = [
                         OutputResult(name, case_id, o, status, message=unavailable) for o in _expected_names(entry)
                     ]
+                elif not_loaded:
+                    res.outputs = [
+                        OutputResult(name, case_id, o, "error", message=not_loaded) for o in _expected_names(entry)
+                    ]
+                    # stored once: the first case carries the message (a port's output, up to 256 KiB,
+                    # may be in it), every other case points there
+                    if not_loaded_at is None:
+                        not_loaded_at = case_id
+                        not_loaded = f"{name}: the port did not load, so no case ran on it (why: see case {case_id!r})"
                 else:
                     res.outputs = judge(name, case, impl)
                 res.seconds = time.perf_counter() - start

@@ -305,6 +305,10 @@ class JuliaImplementation(Implementation):
         assert self._declaration is not None
         return self._declaration
 
+    def prepare(self) -> None:
+        """Load the port now (the worker starts on first use otherwise)."""
+        _ = self.declaration
+
     @property
     def masked_query(self) -> str:  # type: ignore[override]
         """The port's convention for a fully masked query (ports/CONTRACT.md); loads the port."""
