@@ -113,8 +113,7 @@ def parse(raw: Any, where: str, language: str) -> Declaration:
     unknown = [k for k in raw if k not in FIELDS]
     if unknown:
         raise DeclarationError(
-            f"{where}: attention_ports has unknown field(s) {_listed(unknown)}; "
-            f"the fields are {', '.join(FIELDS)}"
+            f"{where}: attention_ports has unknown field(s) {_listed(unknown)}; the fields are {', '.join(FIELDS)}"
         )
     operations: frozenset[str] | None = None
     if "operations" in raw:
