@@ -208,3 +208,24 @@ def test_a_port_that_cannot_load_fails_the_load_and_the_next_load_recovers(r: st
     finally:
         impl.close()
     assert zombies() == []
+
+
+def test_a_tmpdir_swapped_for_a_symlink_is_removed_as_a_link(r: str, tmp_path: Path, monkeypatch) -> None:
+    """The port replaces its $TMPDIR with a link to a folder of someone else's and crashes: the
+    link goes (rmtree refused it, and it stayed), the folder it points to is not followed."""
+    root, target = tmp_path / "tmp", tmp_path / "not-the-ports"
+    root.mkdir()
+    target.mkdir()
+    (target / "keep.txt").write_text("someone else's")
+    monkeypatch.setenv("TMPDIR", str(root))
+    monkeypatch.setenv("FAULT_TARGET", str(target))
+    impl = create("r", port("r", "swaps_its_tmpdir_for_a_symlink"))
+    try:
+        (folder,) = root.iterdir()  # the worker's own $TMPDIR
+        with pytest.raises(ImplementationError, match="exit code 3"):
+            impl.run("softmax", {"x": np.array([[1.0, 2.0]])}, {})
+        assert not folder.is_symlink() and not folder.exists()  # the link is gone: checked, not followed
+    finally:
+        impl.close()
+    assert list(root.iterdir()) == []
+    assert [p.name for p in target.iterdir()] == ["keep.txt"] and (target / "keep.txt").read_text() == "someone else's"
