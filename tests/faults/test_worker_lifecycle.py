@@ -138,7 +138,8 @@ _ADD = "softmax <- function(x, axis = -1) x + 1\nhelper <- function(x) x\n"
 _TWICE = (
     "softmax <- function(x, axis = -1) {\n"
     "  left <- exists('helper') || exists('leak') || getOption('digits') != 7 ||\n"
-    "    nzchar(Sys.getenv('ATTENTION_PORTS_LEAK')) || exists('.Random.seed', envir = globalenv())\n"
+    "    nzchar(Sys.getenv('ATTENTION_PORTS_LEAK')) || exists('.Random.seed', envir = globalenv()) ||\n"
+    "    exp(0) != 1 || stats::median(c(1, 3)) != 2 || median(c(1, 3)) != 2\n"
     "  if (left) -1 else 2 * x\n"
     "}\n"
 )
@@ -169,7 +170,12 @@ def test_an_r_worker_loads_another_port_in_place_and_nothing_of_the_last_remains
         "options(digits = 3)",
         "Sys.setenv(ATTENTION_PORTS_LEAK = '1')",
         "set.seed(1)",  # .Random.seed in the global environment
+        # base R itself, a namespace, a package on the search path (once left so for the next port)
+        "unlockBinding('exp', baseenv()); assign('exp', function(x) x, baseenv()); lockBinding('exp', baseenv())",
+        "local({e <- asNamespace('stats'); unlockBinding('median', e); assign('median', function(...) 0, e)})",
+        "local({p <- as.environment('package:stats'); unlockBinding('median', p); assign('median', sd, p)})",
     ],
+    ids=["globalenv", "options", "environment", "seed", "base", "namespace", "search-path"],
 )
 def test_after_a_port_that_changed_the_r_session_the_next_port_gets_a_fresh_worker(
     r: str, tmp_path: Path, change: str
