@@ -73,10 +73,10 @@ class Implementation(abc.ABC):
         A result may lack some of the operation's outputs (the judge fails each absent one and
         judges the others), but not all of them: that is an ImplementationError."""
 
-    def prepare(self) -> None:  # noqa: B027 (optional hook: most implementations are ready when made)
-        """Be ready to run: load the port now if it loads on first use (raise ImplementationError when
-        it cannot). The runner calls it before the first case, so that a port which cannot load is
-        one error said once for the implementation, not one raised by every case."""
+    def load_failure(self) -> str | None:
+        """Why the port can never run here (its load error: a syntax error, a refused declaration),
+        once known; None otherwise. The runner then says it once, not once per case."""
+        return None
 
     def view(self, op: str, output: str) -> PortView | None:
         """How the port sees ``output`` of ``op`` (its name, layout, index base) for messages in its
