@@ -110,7 +110,16 @@ class Stop:
 
 
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    """A line on stderr from a signal handler, which may have interrupted a write to stderr itself
+    (a progress line into a full pipe): the buffered stream then refuses a reentrant call, and the
+    line goes straight to the descriptor."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except RuntimeError:
+        try:
+            os.write(2, (text + "\n").encode())
+        except OSError:
+            pass
 
 
 @contextlib.contextmanager
