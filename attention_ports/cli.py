@@ -110,9 +110,10 @@ class Stop:
 
 
 def _say(text: str) -> None:
-    """A line on stderr from a signal handler, which may have interrupted a write to stderr itself
-    (a progress line into a full pipe): the buffered stream then refuses a reentrant call, and the
-    line goes straight to the descriptor."""
+    """A line on stderr from a signal handler. The handler may have interrupted a write to stderr
+    itself, and CPython's buffered streams may refuse such a reentrant call (RuntimeError: not seen
+    here, where a write blocked in a full pipe lets the handler's line through): the line then goes
+    straight to the descriptor."""
     try:
         print(text, file=sys.stderr, flush=True)
     except RuntimeError:

@@ -151,8 +151,8 @@ def test_sigterm_at_start_up_writes_an_empty_interrupted_report(tmp_path: Path) 
 def test_sigint_during_the_cases_writes_the_cases_that_finished(tmp_path: Path) -> None:
     """SIGINT while the cases run: held there for certain by a stderr pipe with room for one progress
     line only (the run blocks in its next one, after ~20 cases, until it is drained). The cases that
-    finished, in order and whole, are the report; a handler that wrote to the stderr it had
-    interrupted once raised RuntimeError (a reentrant call) instead."""
+    finished, in order and whole, are the report, and the handler's line, written while a progress
+    line was blocked in the same stderr, reaches it."""
     read, write = small_pipe()
     os.write(write, b"x" * (PAGE - 40))  # room for "[reference]: 0/191 cases (1.5 s)\n", not for a second line
     proc = subprocess.Popen(
