@@ -13,8 +13,13 @@ Exit codes (every command):
        known-failures file or baseline report (file and line or field named)
   3    internal error: an unexpected exception in attention-ports itself (a short traceback is
        printed; please report it)
-  130  interrupted by SIGINT, 143 by SIGTERM: no new case starts, the workers are killed, the
-       report of the cases that ran is printed and written (``"interrupted": true`` in the JSON)
+  130  interrupted by SIGINT, 143 by SIGTERM (``verify``: in any phase): no new case starts, the
+       workers are killed, the reports of the cases that ran are written (``"interrupted": true`` in
+       the JSON where cases were left), then the table is printed; a signal once every case has
+       ended still writes every report. A second signal quits at once (no report half-written).
+
+A stdout that closes (``verify | head -1``) or fails is no error of the run: the reports are written
+and the exit status is the verdict's (attention_ports/core/streams.py).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import re
 import signal
 import sys
@@ -31,7 +37,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from attention_ports.core import paths, progress
+from attention_ports.core import paths, progress, streams
+from attention_ports.core.io import abandon_temporaries
 from attention_ports.core.targets import TargetError, check_targets
 from attention_ports.fixtures.store import REPO_FIXTURES, FixtureError, check, generate
 from attention_ports.pipeline import gates, outcome, shards
@@ -62,36 +69,75 @@ class Interrupted(BaseException):  # a signal, like KeyboardInterrupt, not an er
         self.signum = signum
 
 
-@contextlib.contextmanager
-def graceful_stop() -> Iterator[dict]:
-    """SIGINT and SIGTERM set ``state["stop"]`` (an Event: no new case starts) and kill every worker
-    at once (the case they were running is dropped, not blamed on them); ``state["signum"]`` says
-    which came. A second signal ends the process at once (workers killed, no report)."""
-    state: dict = {"stop": threading.Event(), "signum": None}
+class Stop:
+    """How SIGINT and SIGTERM end a ``verify`` run, by the phase it is in (``phase``):
 
-    def handler(signum: int, _frame: object) -> None:
-        if state["signum"] is not None:
+    - ``run`` (from the parsed options to the last case): ``event`` is set, no new case starts and
+      every worker is killed at once (the case they were running is dropped, not blamed on them);
+      the report of the cases that finished is written, marked interrupted. A source that cannot
+      stop between cases (``unwind``: the generated and scale tiers) is unwound instead;
+    - ``reports``: the reports are finished (nothing of a run is lost to a signal once its cases have
+      a status), then the run ends without its table;
+    - ``terminal`` (the reports are written; the table is being printed, maybe into a stdout nobody
+      reads): the printing stops at once.
+
+    A second signal ends the process at once in every phase: workers killed, the temporary files of
+    reports being written removed (a report is whole or absent, never half-written).
+    ``signum``: the first signal; ``signal_phase``: the phase it came in."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+        self.signal_phase = ""
+        self.phase = "run"
+        self.unwind = False
+
+    def handler(self, signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is not None:
             supervisor.shutdown_all()
-            print(f"\nattention-ports: {signal.Signals(signum).name} again: stopping now", file=sys.stderr)
-            sys.stderr.flush()
-            import os
-
+            abandon_temporaries()
+            _say(f"\nattention-ports: {name} again: stopping now")
             os._exit(EXIT_SIGNAL_BASE + signum)
-        state["signum"] = signum
-        state["stop"].set()
+        self.signum, self.signal_phase = signum, self.phase
+        self.event.set()
         supervisor.shutdown_all()
-        print(
-            f"\nattention-ports: {signal.Signals(signum).name}: stopping (no new case starts; again to quit now)",
-            file=sys.stderr,
-            flush=True,
-        )
+        if self.phase == "reports":
+            _say(f"\nattention-ports: {name}: finishing the reports, then stopping (again to quit now)")
+        elif self.phase == "terminal":
+            _say(f"\nattention-ports: {name}: stopping (the reports are written)")
+            raise Interrupted(signum)
+        elif self.unwind:
+            raise Interrupted(signum)
+        else:
+            _say(f"\nattention-ports: {name}: stopping (no new case starts; again to quit now)")
 
-    if threading.current_thread() is not threading.main_thread():  # signals reach only the main thread
-        yield state
-        return
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+def _say(text: str) -> None:
+    """A line on stderr from a signal handler. The handler may have interrupted a write to stderr
+    itself, and CPython's buffered streams may refuse such a reentrant call (RuntimeError: not seen
+    here, where a write blocked in a full pipe lets the handler's line through): the line then goes
+    straight to the descriptor."""
     try:
-        yield state
+        print(text, file=sys.stderr, flush=True)
+    except RuntimeError:
+        try:
+            os.write(2, (text + "\n").encode())
+        except OSError:
+            pass
+
+
+@contextlib.contextmanager
+def graceful_stop() -> Iterator[Stop]:
+    """SIGINT and SIGTERM handled by a :class:`Stop` for the block (signals reach only the main
+    thread: elsewhere the Stop is never signalled)."""
+    stop = Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {sig: signal.signal(sig, stop.handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
@@ -411,30 +457,48 @@ def report_targets(args: argparse.Namespace) -> dict[str, Path]:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Every tier through the one pipeline (attention_ports/pipeline/): the case source the options
-    name, the one selection of implementations, one report in every format, one exit status."""
-    try:
-        source = pipeline.source_from_args(args)
-    except pipeline.UsageError as exc:
-        print(f"attention-ports verify: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    targets = report_targets(args)
-    gate = gate_options(args, targets)
-    sel = pipeline.select_implementations(args.impl, args.port)
-    gates.prepare(gate, sel.impls, source.tier, getattr(source, "precision", None), source.fixtures_dir())
-    shard = None
-    if args.shard is not None:
+    name, the one selection of implementations, one report in every format, one exit status.
+
+    The reports are written before anything is printed (the table can block on a stdout nobody
+    reads, or fail on one that closed), and a signal in any phase ends the run with them (:class:`Stop`)."""
+    with graceful_stop() as stop:  # first: from here on a signal is a stop, never a lost report
         try:
-            shard = shards.parse_shard(args.shard)
-        except ValueError as exc:
+            source = pipeline.source_from_args(args)
+        except pipeline.UsageError as exc:
             print(f"attention-ports verify: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    with graceful_stop() if source.graceful else contextlib.nullcontext({"stop": None, "signum": None}) as state:
-        report = pipeline.run(source, sel, shard=shard, strict=args.strict, stop=state["stop"])
-    gated = gates.apply(report, gate) if gate else None
-    source.terminal(report, args.quiet)
-    outcome.write_reports(report, targets)
-    gates.show(gated, gate)  # after the reports: a diff appended to the step summary follows the run's
-    return outcome.exit_status(report, sel.ports, state["signum"])
+        targets = report_targets(args)
+        gate = gate_options(args, targets)
+        sel = pipeline.select_implementations(args.impl, args.port)
+        gates.prepare(gate, sel.impls, source.tier, getattr(source, "precision", None), source.fixtures_dir())
+        shard = None
+        if args.shard is not None:
+            try:
+                shard = shards.parse_shard(args.shard)
+            except ValueError as exc:
+                print(f"attention-ports verify: {exc}", file=sys.stderr)
+                return EXIT_BAD_INPUT
+        stop.unwind = not source.graceful
+        if stop.unwind and stop.signum is not None:  # came before the run: it cannot stop once started
+            raise Interrupted(stop.signum)
+        report = pipeline.run(source, sel, shard=shard, strict=args.strict, stop=stop.event)
+        gated = gates.apply(report, gate) if gate else None
+        stop.phase = "reports"
+        outcome.write_reports(report, targets)
+        if gated is not None:  # the diff files are reports too: written before the table
+            gates.write_diff(gated, gate)
+        stop.phase = "terminal"
+        try:
+            if stop.signal_phase != "reports":  # asked to stop once the cases had ended: no table
+                source.terminal(report, args.quiet)
+                if gated is not None:
+                    print(gates.terminal(gated, gate))
+            code = outcome.exit_status(report, sel.ports, stop.signum)
+            sys.stdout.flush()  # here, where a signal can stop it, not in the interpreter's exit
+        except Interrupted as exc:
+            streams.stop(sys.stdout)  # what it still buffers goes nowhere, and never blocks the exit
+            return EXIT_SIGNAL_BASE + exc.signum
+        return code
 
 
 def cmd_merge_reports(args: argparse.Namespace) -> int:
@@ -512,7 +576,6 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 def cmd_mutation(args: argparse.Namespace) -> int:
     import fnmatch
     import json
-    import os
 
     from attention_ports.tools import mutation
 
@@ -597,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
         "check-port": cmd_check_port,
     }
     try:
-        with _sigterm_unwinds():
+        with streams.guarded(), _sigterm_unwinds(args.command != "verify"):  # verify has its own (Stop)
             return handlers[args.command](args)
     except BAD_INPUT as exc:
         print(f"attention-ports: {exc}", file=sys.stderr)
@@ -622,10 +685,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
+def _sigterm_unwinds(install: bool = True) -> Iterator[None]:
     """SIGTERM raises Interrupted (as SIGINT raises KeyboardInterrupt), so that ``finally`` blocks run,
-    workers are closed and atomic writes are abandoned cleanly; ``verify`` installs its own."""
-    if threading.current_thread() is not threading.main_thread():
+    workers are closed and atomic writes are abandoned cleanly; ``verify`` installs its own (and
+    none of this one, which would leave a moment where SIGTERM unwinds it before its own is in place)."""
+    if not install or threading.current_thread() is not threading.main_thread():
         yield
         return
 

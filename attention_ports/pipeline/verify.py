@@ -673,5 +673,6 @@ def run(
         only = shards.part(units, shard)
         extra["shard"] = shards.shard_meta(shard, units, only)
     results = source.run(sel, only, stop)
+    interrupted = stop.is_set()  # cases were left; a signal while the meta is gathered leaves none
     meta = verify_meta(sel.impls, sel.ports, source.fixtures_dir(), source.tier, strict, **source.meta(), **extra)
-    return Report(results, meta, strict=strict, interrupted=stop.is_set(), ci=in_ci())
+    return Report(results, meta, strict=strict, interrupted=interrupted, ci=in_ci())

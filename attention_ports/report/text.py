@@ -9,7 +9,7 @@ cell can show a small number as its headline (model.cell_numbers).
 
 from __future__ import annotations
 
-from attention_ports.judge.results import CaseResult, OutputResult
+from attention_ports.judge.results import CaseResult, OutputResult, pointed_case
 from attention_ports.report.model import (
     COLUMNS_LEGEND,
     CONVENTION_LEGEND,
@@ -104,12 +104,22 @@ def failure_details(report: Report, quiet: bool = False) -> str:
     rows = [r for r in report.results if r.status in shown]
     undeclared: dict[str, dict[str, list[CaseResult]]] = {}
     by_message: dict[tuple[str, str, tuple[str, ...]], list[CaseResult]] = {}
+    said: dict[tuple[str, str], tuple[str, ...]] = {}  # (impl, case) -> its messages
     for r in rows:
         if all(o.status == "missing" for o in r.outputs) and r.outputs:
             undeclared.setdefault(r.impl, {}).setdefault(r.op, []).append(r)
             continue
-        key = (r.impl, r.status, tuple(dict.fromkeys(o.message for o in r.outputs if o.status != "pass")))
-        by_message.setdefault(key, []).append(r)
+        messages = tuple(dict.fromkeys(o.message for o in r.outputs if o.status != "pass"))
+        said[(r.impl, r.case)] = messages
+        # a case whose message points to another's (runner: said once) is grouped with that one,
+        # under the message itself; a case's own id prefix ("case 'x': ") is set aside for that
+        at = pointed_case(messages[0]) if len(messages) == 1 else None
+        if at is not None and (r.impl, at) in said:
+            messages = tuple(m.removeprefix(f"case {at!r}: ") for m in said[(r.impl, at)])
+            first = by_message.pop((r.impl, r.status, said[(r.impl, at)]), None)
+            if first is not None:
+                by_message.setdefault((r.impl, r.status, messages), []).extend(first)
+        by_message.setdefault((r.impl, r.status, messages), []).append(r)
     blocks = []
     for (impl, status, messages), rs in by_message.items():
         if len(rs) == 1 or not messages:

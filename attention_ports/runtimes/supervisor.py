@@ -220,6 +220,19 @@ def _remove_tmpdir(pid: int, path: str) -> None:
     """The worker's temporary folder, once nothing of it runs (what a port left there goes too)."""
     if _TMPDIRS.get(pid) == path:
         del _TMPDIRS[pid]
+    _remove_folder(path)
+
+
+def _remove_folder(path: str) -> None:
+    """Remove a worker's folder, whatever the port made of it: a folder (with all it holds), or a
+    symbolic link the port put in its place, removed as a link: the folder it points to is not
+    ours, and stays untouched (rmtree refuses a link, and used to leave it behind)."""
+    if os.path.islink(path):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -464,7 +477,7 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) 
     except BaseException:
         for fd in ours:
             os.close(fd)
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        _remove_folder(tmpdir)
         raise
     finally:
         for fd in theirs:
