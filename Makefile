@@ -1,14 +1,20 @@
 # The two README commands: `make verify` (the main job) and `make test` (the test suite).
-# Both run the same idempotent set-up first, so each works on a fresh machine by itself.
+# Each runs an idempotent set-up first, so each works on a fresh machine by itself: `verify` only
+# what verify needs (scripts/setup_verify.sh: the venv with the package, torch, R with rpy2,
+# Julia), `test` and the other targets everything (scripts/setup.sh: that, then the dev tools,
+# Chromium and the Julia system image, which only the tests need).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup verify test native-tests lint fixtures check-fixtures bench wheel
+.PHONY: setup setup-verify verify test native-tests lint fixtures check-fixtures bench wheel
 
 setup:
 	@bash scripts/setup.sh
 
-verify: setup
+setup-verify:
+	@bash scripts/setup_verify.sh
+
+verify: setup-verify
 	$(VENV)/bin/attention-ports verify
 
 # pytest-xdist: one worker per core (each with its own R and Julia workers); --dist loadgroup keeps

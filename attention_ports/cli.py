@@ -5,20 +5,30 @@ Exit codes (every command):
   0    agree: nothing failed (``verify``: cases of an operation a port does not implement are
        ``missing``, counted apart, and fail only with ``--strict``; ``check-fixtures``: no drift)
   1    disagree: a case failed or errored, an output was not returned, ``--strict`` and a case
-       missing, or CI=true and an implementation passed zero cases (``check-fixtures``: drift)
+       missing, CI=true and an implementation passed zero cases, or a regression gate failed
+       (``--known-failures``, ``--baseline``) (``check-fixtures``: drift)
   2    bad input or usage: an unknown option, a malformed manifest or catalogue (file and field
        named), a fixture file that fails its checks (``verify`` still runs and reports the other
-       cases), a report target that cannot be written (checked before the run)
+       cases), a report target that cannot be written (checked before the run), a malformed
+       known-failures file or baseline report (file and line or field named)
   3    internal error: an unexpected exception in attention-ports itself (a short traceback is
        printed; please report it)
-  130  interrupted by SIGINT, 143 by SIGTERM: no new case starts, the workers are killed, the
-       report of the cases that ran is printed and written (``"interrupted": true`` in the JSON)
+  130  interrupted by SIGINT, 143 by SIGTERM (``verify``: in any phase): no new case starts, the
+       workers are killed, the reports of the cases that ran are written (``"interrupted": true`` in
+       the JSON where cases were left), then the table is printed; a signal once every case has
+       ended still writes every report. A second signal quits at once (no report half-written).
+
+A stdout that closes (``verify | head -1``) or fails is no error of the run: the reports are written
+and the exit status is the verdict's (attention_ports/core/streams.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import os
+import re
 import signal
 import sys
 import threading
@@ -27,17 +37,18 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from attention_ports.core import paths, progress
+from attention_ports.core import paths, progress, streams
+from attention_ports.core.io import abandon_temporaries
 from attention_ports.core.targets import TargetError, check_targets
 from attention_ports.fixtures.store import REPO_FIXTURES, FixtureError, check, generate
-from attention_ports.pipeline import outcome, shards
+from attention_ports.pipeline import gates, outcome, shards
 from attention_ports.pipeline import verify as pipeline
 from attention_ports.pipeline.verify import fixtures_meta, verify_meta  # noqa: F401 (cli.verify_meta: the tests' name)
 from attention_ports.runtimes import reaper, registry, supervisor
 from attention_ports.spec import ops
 from attention_ports.spec import precision as formats
 from attention_ports.spec.catalogue import CatalogueError
-from attention_ports.tools import doctor, installers, skeleton
+from attention_ports.tools import doctor, installers, skeleton, skeleton_c
 from attention_ports.tools.mutation import MutantError
 
 DEFAULT_IMPLS = list(registry.IMPLEMENTATIONS)
@@ -47,7 +58,7 @@ EXIT_DISAGREE = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
 EXIT_SIGNAL_BASE = 128  # + the signal's number: 130 for SIGINT, 143 for SIGTERM (the shell's convention)
-BAD_INPUT = (FixtureError, CatalogueError, MutantError, TargetError)
+BAD_INPUT = (FixtureError, CatalogueError, MutantError, TargetError, gates.GateError)
 
 
 class Interrupted(BaseException):  # a signal, like KeyboardInterrupt, not an error
@@ -58,51 +69,121 @@ class Interrupted(BaseException):  # a signal, like KeyboardInterrupt, not an er
         self.signum = signum
 
 
-@contextlib.contextmanager
-def graceful_stop() -> Iterator[dict]:
-    """SIGINT and SIGTERM set ``state["stop"]`` (an Event: no new case starts) and kill every worker
-    at once (the case they were running is dropped, not blamed on them); ``state["signum"]`` says
-    which came. A second signal ends the process at once (workers killed, no report)."""
-    state: dict = {"stop": threading.Event(), "signum": None}
+class Stop:
+    """How SIGINT and SIGTERM end a ``verify`` run, by the phase it is in (``phase``):
 
-    def handler(signum: int, _frame: object) -> None:
-        if state["signum"] is not None:
+    - ``run`` (from the parsed options to the last case): ``event`` is set, no new case starts and
+      every worker is killed at once (the case they were running is dropped, not blamed on them);
+      the report of the cases that finished is written, marked interrupted. A source that cannot
+      stop between cases (``unwind``: the generated and scale tiers) is unwound instead;
+    - ``reports``: the reports are finished (nothing of a run is lost to a signal once its cases have
+      a status), then the run ends without its table;
+    - ``terminal`` (the reports are written; the table is being printed, maybe into a stdout nobody
+      reads): the printing stops at once.
+
+    A second signal ends the process at once in every phase: workers killed, the temporary files of
+    reports being written removed (a report is whole or absent, never half-written).
+    ``signum``: the first signal; ``signal_phase``: the phase it came in."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+        self.signal_phase = ""
+        self.phase = "run"
+        self.unwind = False
+
+    def handler(self, signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is not None:
             supervisor.shutdown_all()
-            print(f"\nattention-ports: {signal.Signals(signum).name} again: stopping now", file=sys.stderr)
-            sys.stderr.flush()
-            import os
-
+            abandon_temporaries()
+            _say(f"\nattention-ports: {name} again: stopping now")
             os._exit(EXIT_SIGNAL_BASE + signum)
-        state["signum"] = signum
-        state["stop"].set()
+        self.signum, self.signal_phase = signum, self.phase
+        self.event.set()
         supervisor.shutdown_all()
-        print(
-            f"\nattention-ports: {signal.Signals(signum).name}: stopping (no new case starts; again to quit now)",
-            file=sys.stderr,
-            flush=True,
-        )
+        if self.phase == "reports":
+            _say(f"\nattention-ports: {name}: finishing the reports, then stopping (again to quit now)")
+        elif self.phase == "terminal":
+            _say(f"\nattention-ports: {name}: stopping (the reports are written)")
+            raise Interrupted(signum)
+        elif self.unwind:
+            raise Interrupted(signum)
+        else:
+            _say(f"\nattention-ports: {name}: stopping (no new case starts; again to quit now)")
 
-    if threading.current_thread() is not threading.main_thread():  # signals reach only the main thread
-        yield state
-        return
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+def _say(text: str) -> None:
+    """A line on stderr from a signal handler. The handler may have interrupted a write to stderr
+    itself, and CPython's buffered streams may refuse such a reentrant call (RuntimeError: not seen
+    here, where a write blocked in a full pipe lets the handler's line through): the line then goes
+    straight to the descriptor."""
     try:
-        yield state
+        print(text, file=sys.stderr, flush=True)
+    except RuntimeError:
+        try:
+            os.write(2, (text + "\n").encode())
+        except OSError:
+            pass
+
+
+@contextlib.contextmanager
+def graceful_stop() -> Iterator[Stop]:
+    """SIGINT and SIGTERM handled by a :class:`Stop` for the block (signals reach only the main
+    thread: elsewhere the Stop is never signalled)."""
+    stop = Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {sig: signal.signal(sig, stop.handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
 
 
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+PORT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
 def parse_port(text: str) -> tuple[str, Path]:
+    """``r=FILE`` / ``julia=FILE`` (a port file), or ``NAME=PROGRAM`` for any other NAME: a port run
+    as a command, PROGRAM an executable, a .py file or a .toml manifest (docs/protocol.md)."""
     name, sep, path = text.partition("=")
-    if not sep or name not in registry.PORTABLE or not path:
+    builtin = [n for n in registry.IMPLEMENTATIONS if n not in registry.PORTABLE]
+    if not sep or not path or not PORT_NAME.fullmatch(name) or name in builtin:
         raise argparse.ArgumentTypeError(
-            f"--port takes NAME=PATH with NAME one of {', '.join(registry.PORTABLE)}; got {text!r}"
+            f"--port takes NAME=PATH: {' or '.join(registry.PORTABLE)} with a port file, or any other "
+            f"lower-case name (not {', '.join(builtin)}) with a port program or manifest; got {text!r}"
         )
     p = Path(path).expanduser()
     if not p.is_file():
         raise argparse.ArgumentTypeError(f"--port {name}: no such file: {p}")
+    if registry.is_command(name):
+        from attention_ports.runtimes.command import manifest
+
+        try:
+            manifest.load(p)
+        except manifest.ManifestError as exc:
+            raise argparse.ArgumentTypeError(f"--port {name}: {exc}") from None
     return name, p.resolve()
+
+
+def markdown_target(text: str) -> Path | None:
+    """``--markdown FILE``; an empty value writes no markdown. CI steps pass
+    ``"$GITHUB_STEP_SUMMARY"``, which only GitHub sets: elsewhere the step runs as it is, without a
+    summary, instead of failing on ``.`` (what ``Path("")`` is) being a directory."""
+    return Path(text) if text else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,7 +202,14 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="run implementations on the fixtures and report agreement")
     v.add_argument("--impl", action="append", choices=DEFAULT_IMPLS, help="implementation (repeatable; default: all)")
     v.add_argument("--case", action="append", default=[], help="case id or glob (repeatable; default: all)")
-    v.add_argument("--port", action="append", type=parse_port, default=[], help="NAME=PATH: a user's R or Julia port")
+    v.add_argument(
+        "--port",
+        action="append",
+        type=parse_port,
+        default=[],
+        help="NAME=PATH: a user's R or Julia port (r=FILE, julia=FILE), or a port program or manifest under any "
+        "other NAME (docs/protocol.md)",
+    )
     v.add_argument("--dir", type=Path, default=REPO_FIXTURES, help="fixture folder")
     v.add_argument(
         "--precision",
@@ -133,10 +221,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     v.add_argument("--json", type=Path, default=None, help="write the machine-readable report here")
     v.add_argument("--junit", type=Path, default=None, help="write JUnit XML here (one testcase per impl x case)")
-    v.add_argument("--markdown", type=Path, default=None, help="write a markdown summary here (a CI step summary)")
+    v.add_argument(
+        "--markdown",
+        type=markdown_target,
+        default=None,
+        help="write a markdown summary here (a CI step summary; an empty value: none)",
+    )
     v.add_argument("--html", type=Path, default=None, help="write one self-contained HTML page with heatmaps here")
     v.add_argument("--strict", action="store_true", help="missing (not implemented) operations fail too")
-    v.add_argument("--quiet", action="store_true", help="no table, only failures and the summary")
+    v.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no table: one line per failing output, the repro commands, the counts and the verdict",
+    )
     v.add_argument(
         "--sequential",
         action="store_true",
@@ -155,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         choices=list(ops.OPS),
-        help="with --random: operations to draw (repeatable; default: every one)",
+        help="only this operation's cases, in every tier (repeatable; default: every operation)",
     )
     v.add_argument("--dump", type=Path, default=None, help="with --random: write a failing case as fixtures here")
     v.add_argument(
@@ -172,13 +269,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the K-th of N parts of the selected cases, balanced by expected cost (then merge-reports)",
     )
 
+    add_gate_options(v)
+
     mr = sub.add_parser("merge-reports", help="merge the JSON reports of verify --shard K/N into the run's one report")
     mr.add_argument("reports", nargs="+", type=Path, help="every shard's JSON report (verify --shard K/N --json F)")
     mr.add_argument("--json", type=Path, default=None, help="write the merged machine-readable report here")
     mr.add_argument("--junit", type=Path, default=None, help="write the merged JUnit XML here")
-    mr.add_argument("--markdown", type=Path, default=None, help="write the merged markdown summary here")
+    mr.add_argument(
+        "--markdown", type=markdown_target, default=None, help="write the merged markdown summary here (empty: none)"
+    )
     mr.add_argument("--html", type=Path, default=None, help="write the merged HTML page here")
     mr.add_argument("--strict", action="store_true", help="missing (not implemented) operations fail too")
+    add_gate_options(mr)
 
     d = sub.add_parser("doctor", help="show which runtimes are available and the command that gets each missing one")
     d.add_argument(
@@ -191,8 +293,19 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("setup", help="install a runtime with the packaged installer (R + rpy2, or Julia)")
     s.add_argument("runtime", choices=installers.RUNTIMES)
 
+    cp = sub.add_parser(
+        "check-port", help="probe a port program's handling of the protocol and say what is wrong (docs/protocol.md)"
+    )
+    cp.add_argument(
+        "port_command",
+        nargs="+",
+        metavar="COMMAND",
+        help="the port: a program, a .py file or a .toml manifest, or a command line (after --)",
+    )
+    cp.add_argument("--timeout", type=seconds, default=10.0, help="seconds the port has for each probe (default 10)")
+
     i = sub.add_parser("init", help="write a port skeleton with every contract operation as a stub")
-    i.add_argument("language", choices=skeleton.LANGUAGES)
+    i.add_argument("language", choices=[*skeleton.LANGUAGES, "c"])
     i.add_argument("path", type=Path, help="the new file (.R for r, .jl for julia); never overwritten")
 
     b = sub.add_parser(
@@ -242,6 +355,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mut.add_argument("--list", action="store_true", help="list the mutants and the operations each reaches; run none")
     return parser
+
+
+def add_gate_options(p: argparse.ArgumentParser) -> None:
+    """The regression gates' options (attention_ports/pipeline/gates.py), the same on verify and merge-reports."""
+    p.add_argument(
+        "--known-failures",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="implementation NAME's known failures, one 'CASE OUTPUT  # reason' a line (repeatable): a listed "
+        "failure does not fail the run, an unlisted one does, and so does a listed one that passes",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="REPORT.json",
+        help="fail on regressions against this JSON report",
+    )
+    p.add_argument(
+        "--baseline-factor",
+        type=float,
+        default=None,
+        metavar="X",
+        help=f"with --baseline: err/bnd past X x max(baseline, floor) fails (default {gates.DEFAULT_FACTOR:g})",
+    )
+    p.add_argument(
+        "--baseline-floor",
+        type=float,
+        default=None,
+        metavar="F",
+        help=f"with --baseline: err/bnd below F counts as F, rounding-level (default {gates.DEFAULT_FLOOR:g})",
+    )
+    p.add_argument(
+        "--baseline-diff",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="with --baseline: write what got worse and better here (.md: markdown, .json: JSON; repeatable)",
+    )
+
+
+def gate_options(args: argparse.Namespace, targets: dict[str, Path]) -> gates.Gates:
+    """The gates the options name, their files read and checked before the run (GateError: exit 2)."""
+    return gates.from_options(
+        args.known_failures, args.baseline, args.baseline_factor, args.baseline_floor, args.baseline_diff, targets
+    )
 
 
 def progress_bar(what: str) -> Callable[[int, int, str], None]:
@@ -296,32 +457,54 @@ def report_targets(args: argparse.Namespace) -> dict[str, Path]:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Every tier through the one pipeline (attention_ports/pipeline/): the case source the options
-    name, the one selection of implementations, one report in every format, one exit status."""
-    try:
-        source = pipeline.source_from_args(args)
-    except pipeline.UsageError as exc:
-        print(f"attention-ports verify: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    targets = report_targets(args)
-    sel = pipeline.select_implementations(args.impl, args.port)
-    shard = None
-    if args.shard is not None:
+    name, the one selection of implementations, one report in every format, one exit status.
+
+    The reports are written before anything is printed (the table can block on a stdout nobody
+    reads, or fail on one that closed), and a signal in any phase ends the run with them (:class:`Stop`)."""
+    with graceful_stop() as stop:  # first: from here on a signal is a stop, never a lost report
         try:
-            shard = shards.parse_shard(args.shard)
-        except ValueError as exc:
+            source = pipeline.source_from_args(args)
+        except pipeline.UsageError as exc:
             print(f"attention-ports verify: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    with graceful_stop() if source.graceful else contextlib.nullcontext({"stop": None, "signum": None}) as state:
-        report = pipeline.run(source, sel, shard=shard, strict=args.strict, stop=state["stop"])
-    source.terminal(report, args.quiet)
-    outcome.write_reports(report, targets)
-    return outcome.exit_status(report, sel.ports, state["signum"])
+        targets = report_targets(args)
+        gate = gate_options(args, targets)
+        sel = pipeline.select_implementations(args.impl, args.port)
+        gates.prepare(gate, sel.impls, source.tier, getattr(source, "precision", None), source.fixtures_dir())
+        shard = None
+        if args.shard is not None:
+            try:
+                shard = shards.parse_shard(args.shard)
+            except ValueError as exc:
+                print(f"attention-ports verify: {exc}", file=sys.stderr)
+                return EXIT_BAD_INPUT
+        stop.unwind = not source.graceful
+        if stop.unwind and stop.signum is not None:  # came before the run: it cannot stop once started
+            raise Interrupted(stop.signum)
+        report = pipeline.run(source, sel, shard=shard, strict=args.strict, stop=stop.event)
+        gated = gates.apply(report, gate) if gate else None
+        stop.phase = "reports"
+        outcome.write_reports(report, targets)
+        if gated is not None:  # the diff files are reports too: written before the table
+            gates.write_diff(gated, gate)
+        stop.phase = "terminal"
+        try:
+            if stop.signal_phase != "reports":  # asked to stop once the cases had ended: no table
+                source.terminal(report, args.quiet)
+                if gated is not None:
+                    print(gates.terminal(gated, gate))
+            code = outcome.exit_status(report, sel.ports, stop.signum)
+            sys.stdout.flush()  # here, where a signal can stop it, not in the interpreter's exit
+        except Interrupted as exc:
+            streams.stop(sys.stdout)  # what it still buffers goes nowhere, and never blocks the exit
+            return EXIT_SIGNAL_BASE + exc.signum
+        return code
 
 
 def cmd_merge_reports(args: argparse.Namespace) -> int:
     targets = report_targets(args)
     try:
-        return shards.main(args.reports, targets, strict=args.strict)
+        return shards.main(args.reports, targets, strict=args.strict, gate=gate_options(args, targets))
     except shards.ShardError as exc:
         print(f"attention-ports merge-reports: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -393,7 +576,6 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 def cmd_mutation(args: argparse.Namespace) -> int:
     import fnmatch
     import json
-    import os
 
     from attention_ports.tools import mutation
 
@@ -449,6 +631,12 @@ def cmd_mutation(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+def cmd_check_port(args: argparse.Namespace) -> int:
+    from attention_ports.runtimes.command import check
+
+    return check.main(args.port_command, args.timeout)
+
+
 def entry() -> int:
     """The ``attention-ports`` console script: :func:`main` in a process that adopts what its
     workers orphan (a child subreaper, attention_ports/runtimes/reaper.py says why only here)."""
@@ -468,10 +656,11 @@ def main(argv: list[str] | None = None) -> int:
         "mutation": cmd_mutation,
         "doctor": lambda a: doctor.main(a.need),
         "setup": lambda a: installers.main(a.runtime),
-        "init": lambda a: skeleton.main(a.language, a.path),
+        "init": lambda a: skeleton_c.main(a.path) if a.language == "c" else skeleton.main(a.language, a.path),
+        "check-port": cmd_check_port,
     }
     try:
-        with _sigterm_unwinds():
+        with streams.guarded(), _sigterm_unwinds(args.command != "verify"):  # verify has its own (Stop)
             return handlers[args.command](args)
     except BAD_INPUT as exc:
         print(f"attention-ports: {exc}", file=sys.stderr)
@@ -496,10 +685,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
+def _sigterm_unwinds(install: bool = True) -> Iterator[None]:
     """SIGTERM raises Interrupted (as SIGINT raises KeyboardInterrupt), so that ``finally`` blocks run,
-    workers are closed and atomic writes are abandoned cleanly; ``verify`` installs its own."""
-    if threading.current_thread() is not threading.main_thread():
+    workers are closed and atomic writes are abandoned cleanly; ``verify`` installs its own (and
+    none of this one, which would leave a moment where SIGTERM unwinds it before its own is in place)."""
+    if not install or threading.current_thread() is not threading.main_thread():
         yield
         return
 

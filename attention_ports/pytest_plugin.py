@@ -5,8 +5,14 @@ environment where attention-ports is installed has these options (where plugin a
 pass ``-p attention_ports.pytest_plugin``):
 
   --impl NAME      restrict to implementations (repeatable; default: all, or only the --port ones)
-  --port NAME=PATH run a user's R or Julia port under NAME instead of ours
+  --port NAME=PATH run a user's R or Julia port under NAME instead of ours, or a port program
+                   under any other NAME (docs/protocol.md)
   --case GLOB      restrict to case ids (repeatable)
+  --ap-known-failures NAME=FILE, --ap-baseline REPORT.json, --ap-baseline-factor X,
+  --ap-baseline-floor F, --ap-baseline-diff FILE
+                   the regression gates of ``verify`` (attention_ports/pipeline/gates.py), named
+                   with ``ap-`` because an autoloaded plugin must not claim words as common as
+                   ``--baseline`` in every pytest of the environment
 
 A team runs the conformance suite with its own pytest::
 
@@ -40,7 +46,10 @@ from pathlib import Path
 import pytest
 
 from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries
+from attention_ports.judge.results import CaseResult, OutputResult
 from attention_ports.judge.runner import in_ci, open_implementation
+from attention_ports.pipeline import gates
+from attention_ports.report.model import Report
 from attention_ports.runtimes import registry, supervisor
 from attention_ports.runtimes.impl import Implementation, ImplementationUnavailable
 
@@ -59,9 +68,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="NAME=PATH",
-        help=f"run a user's port file under NAME ({', '.join(registry.PORTABLE)}) instead of ours",
+        help=f"run a user's port file under NAME ({', '.join(registry.PORTABLE)}) instead of ours, or a port "
+        "program or manifest under any other name (docs/protocol.md)",
     )
     group.addoption("--case", action="append", default=[], metavar="GLOB", help="case ids to run (repeatable)")
+    group.addoption(
+        "--ap-known-failures",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="verify's --known-failures: NAME's listed failures are xfail, a listed case that passes fails",
+    )
+    group.addoption("--ap-baseline", default=None, metavar="REPORT.json", help="verify's --baseline")
+    group.addoption("--ap-baseline-factor", type=float, default=None, metavar="X", help="verify's --baseline-factor")
+    group.addoption("--ap-baseline-floor", type=float, default=None, metavar="F", help="verify's --baseline-floor")
+    group.addoption(
+        "--ap-baseline-diff", action="append", default=[], metavar="FILE", help="verify's --baseline-diff (.md, .json)"
+    )
 
 
 def port_paths_of(config: pytest.Config) -> dict[str, Path]:
@@ -84,6 +107,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # its R and Julia workers' leftovers (a worker itself dies with us, its escaped children do not)
     supervisor.shutdown_on_sigterm()
     config.pluginmanager.register(CaseCounter(), "attention-ports-case-counter")
+    config.pluginmanager.register(GateSession(gates_of(config)), "attention-ports-gates")
 
 
 def selected_impls(config: pytest.Config) -> list[str]:
@@ -169,6 +193,97 @@ def impl(impl_pool: _Pool, impl_name: str, request: pytest.FixtureRequest) -> Im
 @pytest.fixture
 def port_paths(request: pytest.FixtureRequest) -> dict[str, Path]:
     return port_paths_of(request.config)
+
+
+# --- the regression gates (verify's --known-failures and --baseline) -------------------------------
+
+
+def gates_of(config: pytest.Config) -> gates.Gates:
+    """The ``--ap-*`` gate options, their files read and checked (a bad one is a usage error naming
+    the file and the line or field), as verify checks them before its run."""
+    opt = config.getoption
+    try:
+        gate = gates.from_options(
+            opt("--ap-known-failures"),
+            None if opt("--ap-baseline") is None else Path(opt("--ap-baseline")),
+            opt("--ap-baseline-factor"),
+            opt("--ap-baseline-floor"),
+            [Path(d) for d in opt("--ap-baseline-diff")],
+            prefix="--ap-",
+        )
+        gates.prepare(gate, selected_impls(config), "catalogue", None, REPO_FIXTURES)
+    except gates.GateError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    return gate
+
+
+OUTPUTS_ATTR = "attention_ports_outputs"  # a fixture case's judged outputs, carried on its call report
+_OUTPUTS = pytest.StashKey[list]()
+
+
+@dataclass
+class CaseGates:
+    """The ``case_gates`` fixture: the gates on one fixture case, as ``verify`` judges it."""
+
+    gate: gates.Gates
+    node: pytest.Item
+
+    def check(self, impl: str, case_id: str, op: str, results: list[OutputResult]) -> tuple[str | None, list[str]]:
+        """(where the case is listed as a known failure, or None; what the gates fail it for)."""
+        if not self.gate:
+            return None, []
+        self.node.stash[_OUTPUTS] = [impl, case_id, op, [[o.output, o.status, o.err_over_bound] for o in results]]
+        r = CaseResult(impl, case_id, op, results)
+        report = Report([r])
+        out = gates.apply(report, self.gate, partial=True)  # the other cases are other tests
+        known = "; ".join(dict.fromkeys(report.known.values())) if report.is_known(r) else None
+        return known, out.problems
+
+
+@pytest.fixture
+def case_gates(request: pytest.FixtureRequest) -> CaseGates:
+    session = request.config.pluginmanager.get_plugin("attention-ports-gates")
+    return CaseGates(session.gate, request.node)
+
+
+@dataclass(eq=False)  # hashable, as a plugin must be
+class GateSession:
+    """The gates over the whole session: every fixture case's outputs reach the controller on its
+    call report (under pytest-xdist too), where the baseline diff is written and the gates' summary
+    printed; a case the session did not run (another group of a split run) is not judged."""
+
+    gate: gates.Gates
+    results: list[CaseResult] = field(default_factory=list)
+    out: gates.Outcome | None = None
+
+    @pytest.hookimpl(hookwrapper=True)  # the old style: pytest 7 has no wrapper=True
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        outcome = yield
+        if call.when == "call" and _OUTPUTS in item.stash:
+            setattr(outcome.get_result(), OUTPUTS_ATTR, item.stash[_OUTPUTS])
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        got = getattr(report, OUTPUTS_ATTR, None)
+        if got and report.when == "call":
+            impl, case, op, outputs = got
+            rows = [OutputResult(impl, case, name, status, err_over_bound=eob) for name, status, eob in outputs]
+            self.results.append(CaseResult(impl, case, op, rows))
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.gate or _is_xdist_worker(session.config) or session.config.option.collectonly:
+            return
+        from attention_ports.pipeline.verify import fixtures_meta
+
+        report = Report(self.results, {"tier": "catalogue", "fixtures": fixtures_meta(REPO_FIXTURES)})
+        self.out = gates.apply(report, self.gate)
+        gates.write_diff(self.out, self.gate)
+        if report.gate_failures and session.exitstatus == pytest.ExitCode.OK:  # each failed its test already
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.out is not None:
+            for line in gates.terminal(self.out, self.gate).splitlines():
+                terminalreporter.write_line(line)
 
 
 # --- proof that the cases ran ---------------------------------------------------------------------

@@ -1,45 +1,31 @@
 #!/usr/bin/env bash
-# One idempotent set-up step for everything: a virtual environment with the package and its dev
-# tools, PyTorch (the independent oracle), R with rpy2, Julia, and Chromium (a test renders the HTML
-# report in it). Both of the README's two commands (`make verify`, `make test`) call it.
-#
-# Environment: PYTHON (interpreter for the venv, default python3), VENV (default .venv),
-# ATTENTION_PORTS_TORCH (torch requirement, default torch==2.13.0: the CPU build this machine's
-# package index serves from local disk; any other version pulls gigabytes).
+# The whole set-up, for the tests (`make test`, `make setup`): first what `attention-ports verify`
+# needs (scripts/setup_verify.sh: the venv with the package, PyTorch, R with rpy2, Julia), then
+# what only the tests need: the package's dev tools (pytest and its plugins, ruff, hypothesis,
+# mpmath, pyyaml), the port kits' toolchains (scripts/install_kits.sh), Chromium (a test renders the HTML report in it) and the custom Julia system
+# image (it saves seconds on each of the test suite's many Julia starts). Idempotent; a second run
+# takes seconds. Environment: as scripts/setup_verify.sh.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
-TORCH_REQ="${ATTENTION_PORTS_TORCH:-torch==2.13.0}"
 say() { echo "setup: $*" >&2; }
 
-if [ ! -x "$VENV/bin/python" ]; then
-    say "creating $VENV"
-    "$PYTHON" -m venv "$VENV"
-fi
+bash scripts/setup_verify.sh
 VPY="$ROOT/$VENV/bin/python"
 
-# Re-install the package only when its metadata changed (pip on an editable install costs ~5 s).
-stamp="$VENV/.attention-ports-installed"
+# The dev tools, again only when the package's metadata changed (pip on an editable install costs ~5 s).
+stamp="$VENV/.attention-ports-dev-installed"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    say "installing attention-ports (editable) with dev tools"
+    say "installing the dev tools (attention-ports[dev])"
     "$VPY" -m pip install -q --disable-pip-version-check -e '.[dev]'
     echo "$want" >"$stamp"
 fi
 
-if ! "$VPY" -c 'import torch' 2>/dev/null; then
-    say "installing $TORCH_REQ (CPU)"
-    "$VPY" -m pip install -q --disable-pip-version-check "$TORCH_REQ"
-fi
-
-say "R and rpy2"
-bash scripts/install_r.sh "$VPY" >&2
-
-say "Julia"
-bash scripts/install_julia.sh >&2
+say "the port kits' toolchains (C, C++, Rust, Node: the kits' tests run real ports)"
+bash scripts/install_kits.sh >&2
 
 say "Chromium (the HTML report's browser test)"
 bash scripts/install_chromium.sh
@@ -50,4 +36,4 @@ bash scripts/install_chromium.sh
 say "Julia system image"
 "$VPY" scripts/build_julia_sysimage.py || say "WARNING: the Julia system image step failed; Julia runs on its stock image"
 
-say "ready: $("$VPY" -c 'import numpy, torch, rpy2; print("numpy", numpy.__version__, "| torch", torch.__version__, "| rpy2", rpy2.__version__)')"
+say "ready: $("$VPY" -c 'import numpy, torch, rpy2, pytest; print("numpy", numpy.__version__, "| torch", torch.__version__, "| rpy2", rpy2.__version__, "| pytest", pytest.__version__)')"

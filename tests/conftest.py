@@ -40,6 +40,7 @@ settings.load_profile("ci" if in_ci() else "dev")
 SHARED_MODULE_FIXTURES = {
     "tests/fixtures/test_bytes.py": {"probes": "the four CPU probes"},
     "tests/tools/test_mutation.py": {"kit": "the mutation kit in float64", "kit32": "the mutation kit in float32"},
+    "tests/runtimes/command/test_command.py": {"rust_port": "the Rust kit's port, compiled (~3 s)"},
 }
 
 

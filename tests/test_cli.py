@@ -23,7 +23,7 @@ def test_verify_reference_passes_and_writes_the_json_report(tmp_path: Path, caps
     assert out.splitlines()[0].split() == ["case", "reference"]
     assert "seed000_four_words" in out and "reference: 6 pass" in out
     doc = json.loads(report.read_text())
-    assert doc["version"] == 4  # attention_ports/report/json_report.py: what changed from 3
+    assert doc["version"] == 5  # attention_ports/report/json_report.py: what changed from 4
     assert doc["meta"]["tier"] == "catalogue" and doc["meta"]["strict"] is False
     row = doc["results"][0]
     assert set(row) == {
@@ -42,10 +42,9 @@ def test_verify_reference_passes_and_writes_the_json_report(tmp_path: Path, caps
         "nonfinite_mismatches",
         "expected_shape",
         "actual_shape",
-        "reason",
-        "flags",
         "masked_query",  # the convention judged by; None: no query of these cases is fully masked
-    }
+    }  # a case's reason and flags: once, in its "cases" entry (format 5)
+    assert all(c["reason"] and c["flags"] for c in doc["cases"])
     assert {r["masked_query"] for r in doc["results"]} == {None}
     assert set(doc) == {"version", "interrupted", "meta", "results", "summary", "agreement", "cases"}
     assert [(c["impl"], c["case"]) for c in doc["cases"]] == list(

@@ -415,3 +415,65 @@ def test_the_contract_names_the_operations_each_precision_tier_covers() -> None:
     kernel = re.search(r"the mixed and float16 tiers cover (.+?), each with its declared rounding points \(", text)
     assert kernel, "ports/CONTRACT.md no longer says which operations the storage tiers cover"
     assert set(re.split(r", | and ", kernel.group(1))) == set(precision.STORAGE_TIER_OPS)
+
+
+# What each precision tier covers, said once in one form on every page that says it (issue 26: four
+# pages said it four ways, some false): "the float32 tier covers every operation but gpt_train",
+# "the mixed and float16 tiers cover every operation but ...", the lists from spec/precision.py.
+_OP = "(?:" + "|".join(sorted(map(re.escape, ops.OPS), key=len, reverse=True)) + ")"
+TIER_COVERAGE = re.compile(
+    r"(?:[Tt]he )?(float32 tier|mixed and float16 tiers?)(?: \([^)]*\))? (?:covers?|holds?) every operation"
+    rf"(?: but ((?:{_OP}, )*{_OP}(?: and {_OP})?))?"
+)
+# Statements of a tier's coverage in any other form: what the pages said before.
+STALE_COVERAGE = re.compile(
+    r"(?:tiers?|float16`?|precision[^.]{0,120}?) (?:covers?|holds?) softmax and SDPA"
+    r"|softmax and SDPA for now|catalogue's softmax and SDPA cases|float32 tier \(softmax and SDPA\)"
+    r"|float32 tier (?:covers|holds) every operation(?! but)"
+)
+
+
+def _tier_left_out(tier: str) -> set[str]:
+    covered = precision.TIER_OPS if tier == "float32 tier" else precision.STORAGE_TIER_OPS
+    return set(ops.OPS) - set(covered)
+
+
+def test_every_page_says_what_each_precision_tier_covers_in_one_form() -> None:
+    said: dict[str, int] = Counter()
+    for page in PAGES:
+        text = " ".join(_prose(page.read_text()).split())
+        stale = [m.group(0) for m in STALE_COVERAGE.finditer(text)]
+        assert not stale, f"{_rel(page)} states a tier's coverage another way: {stale}"
+        for m in TIER_COVERAGE.finditer(text):
+            tier = "float32 tier" if m.group(1) == "float32 tier" else "storage tiers"
+            named = set(re.split(r", | and ", m.group(2))) if m.group(2) else set()
+            assert named == _tier_left_out(tier), f"{_rel(page)}: '{m.group(0)}' (spec/precision.py decides it)"
+            said[_rel(page)] += 1
+    pages = {"README.md", "docs/cli.md", "docs/ports.md", "docs/fixtures.md", "docs/precision.md"}
+    assert pages <= set(said), f"these pages no longer say it in the one form: {pages - set(said)}"
+
+
+def test_an_r_port_declaring_float32_is_said_to_error_not_to_be_judged() -> None:
+    """An R port declaring float32 gets a load error, so every case errors (run: every one of its
+    cases is ERROR, tests/runtimes/test_declaration.py); no page says it is judged at float64."""
+    for rel in ("docs/ports.md", "docs/precision.md", "ports/CONTRACT.md"):
+        text = _flat(rel)
+        assert "every case an `error` until the field is removed" in text or (
+            "every case is an `error` until the field is removed" in text
+        ), rel
+        assert not re.search(r"declares `?\"?float32\"?`? gets a load error saying so, and is judged", text), rel
+
+
+def test_the_contract_says_absent_options_are_omitted_as_the_adapters_do() -> None:
+    """The contract's signatures show defaults' values (``eps = 1e-5``), init's skeleton writes
+    ``eps = NULL``: the contract says an absent option is omitted, and the R adapter omits it."""
+    import numpy as np
+
+    from attention_ports.runtimes.r.adapter import build_call
+
+    text = _flat("ports/CONTRACT.md")
+    assert "is **omitted** from the call, never passed as `NULL` or `nothing`" in text
+    assert "`attention-ports init` writes `eps = NULL`" in text
+    spec = ops.get("layer_norm")
+    names = [a.name for a in build_call(spec, {"x": np.ones((2, 3))}, {"eps": None})]
+    assert names == ["x"]

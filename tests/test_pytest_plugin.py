@@ -144,3 +144,56 @@ def test_the_contracts_pytest_command_runs_the_fixture_cases(tmp_path: Path) -> 
 
     n_softmax = sum(e["op"] == "softmax" for e in iter_entries(REPO_FIXTURES))  # all the port declares
     assert f"{n_softmax} passed" in proc.stdout, _out(proc)
+
+
+# --- the regression gates (--ap-known-failures, --ap-baseline): attention_ports/pipeline/gates.py ---
+
+
+def test_the_gates_under_xdist_fail_a_listed_case_that_passes_and_a_regression(tmp_path: Path) -> None:
+    """The reference, two cases on two workers: one listed as a known failure though it passes, one
+    12x less accurate than a crafted baseline says it was (above the floor given). Each fails its own
+    test with the line to delete or the numbers; the controller writes the whole session's diff."""
+    import json
+
+    from attention_ports import cli
+
+    base = tmp_path / "base.json"
+    cases = ("--case", "softmax_ties", "--case", "softmax_large_logits")
+    assert cli.main(["verify", "--quiet", "--impl", "reference", *cases, "--json", str(base)]) == 0
+    doc = json.loads(base.read_text())
+    for row in doc["results"]:
+        if row["case"] == "softmax_large_logits":
+            row["err_over_bound"] /= 12
+    base.write_text(json.dumps(doc))
+    known = tmp_path / "reference.known"
+    known.write_text("# the reference's known failures\nsoftmax_ties y  # listed, but it passes\n")
+    md = tmp_path / "diff.md"
+    gates = ("--ap-known-failures", f"reference={known}", "--ap-baseline", str(base), "--ap-baseline-floor", "0.005")
+    proc = run_pytest(
+        tmp_path, *CONFORMANCE, "-n", "2", "--impl", "reference", *cases, *gates, "--ap-baseline-diff", str(md)
+    )
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, _out(proc)
+    assert (
+        f"{known}:2: reference softmax_ties y now passes: delete the line `softmax_ties y  # listed, but it passes`"
+        in proc.stdout
+    )
+    assert "reference softmax_large_logits y: err/bnd 0.00619 -> 0.0742 (12x" in proc.stdout
+    assert "2 failed" in proc.stdout
+    assert "**1 worse, 0 better** of 2 outputs compared" in md.read_text()  # both workers' outputs
+
+
+def test_the_gates_make_a_listed_failure_of_a_port_a_known_failure(tmp_path: Path) -> None:
+    """A real R port with a real bug (its causal mask off by one): the case it fails, listed, is
+    xfail and the session passes; the case it passes still passes."""
+    from tests.faults.conftest import check_runtime
+
+    check_runtime("r")
+    port = ROOT / "tests" / "data" / "ports" / "r" / "causal_off_by_one.R"
+    known = tmp_path / "r.known"
+    known.write_text("sdpa_causal_bool *  # the causal mask is off by one: fixed in the next release\n")
+    args = (*CONFORMANCE, "--port", f"r={port}", "--case", "sdpa_causal_bool", "--case", "sdpa_L2_d3", "-rx")
+    proc = run_pytest(tmp_path, *args, "--ap-known-failures", f"r={known}")
+    assert proc.returncode == 0, _out(proc)
+    assert "1 passed, 1 xfailed" in proc.stdout
+    assert f"known failure ({known}:1: the causal mask is off by one: fixed in the next release)" in proc.stdout
+    assert f"known failure: r sdpa_causal_bool * ({known}:1:" in proc.stdout

@@ -29,11 +29,26 @@ def current_umask() -> int:
     return mask
 
 
+# The temporary files of writes under way (their paths), for abandon_temporaries.
+_UNDER_WAY: set[str] = set()
+
+
+def abandon_temporaries() -> None:
+    """Remove the temporary files of the writes under way: for a process about to end at once (a
+    second signal's ``os._exit``), so that it leaves no half file beside a destination either."""
+    for tmp in list(_UNDER_WAY):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``path`` whole or not at all (a temporary file in its folder, then a rename), with the
     mode a plain ``open(path, "w")`` would give it (0666 less the umask; mkstemp's own is 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    _UNDER_WAY.add(tmp)
     try:
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), 0o666 & ~current_umask())
@@ -44,3 +59,5 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        _UNDER_WAY.discard(tmp)

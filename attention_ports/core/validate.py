@@ -33,6 +33,10 @@ Bounds (``check_bounds``), per case, after loading: every element of every ``bou
 
 The catalogue (``schema_problems(raw, CATALOGUE_SCHEMA, ...)`` from ``catalogue.py``): types of
 every field, the input makers' fields, shapes of at most :data:`MAX_CATALOGUE_ELEMENTS` elements.
+
+A JSON report read back (``report/json_report.read_report``: ``merge-reports``' shards): a regular
+file under its size cap (``read_regular_file``), nested at most so deep (``check_nesting``,
+before parsing), then ``REPORT_SCHEMA`` (fixtures/schemas/report.schema.json).
 """
 
 from __future__ import annotations
@@ -57,6 +61,10 @@ MAX_CATALOGUE_BYTES = 16 << 20
 MAX_ARRAY_BYTES = 256 << 20  # per fixture file; the largest shipped one is 0.8 MiB
 MAX_NPY_HEADER = 65535 + 12  # what format 1.0's 2-byte header length allows (plus magic)
 MAX_CATALOGUE_ELEMENTS = 1 << 24  # one generated input (128 MiB of float64)
+# The deepest nesting of arrays and tables a manifest or catalogue may have: the shipped ones reach
+# 6 (a 3-D literal in an inline table); a parser (json's, tomllib's) and our schema walk recurse
+# once per level, so 100,000 levels would be a RecursionError, a bug's exit, not bad input.
+MAX_NESTING = 64
 MAX_RELATIVE_BOUND = 2.0**-20  # bounds.MAX_FIRST_ORDER
 RESOLUTION = 2.0**-46  # bounds.RESOLUTION: the stored bound's resolution term
 UNDERFLOW = 2.0**-1000  # bounds.UNDERFLOW: the stored bound's underflow allowance
@@ -83,6 +91,24 @@ def _load_schema(name: str) -> dict[str, Any]:
 
 MANIFEST_SCHEMA: dict[str, Any] = _load_schema("manifest.schema.json")
 CATALOGUE_SCHEMA: dict[str, Any] = _load_schema("catalogue.schema.json")
+# A JSON report read back (merge-reports' shards): attention_ports/report/json_report.py reads it.
+REPORT_SCHEMA: dict[str, Any] = _load_schema("report.schema.json")
+
+
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with every local ``#/$defs/NAME`` reference replaced by its definition (a schema
+    without recursive definitions): the same checks, twice as fast to run (jsonschema resolves a
+    ``$ref`` at every use; a report read back has thousands of rows)."""
+    defs = schema.get("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(defs[node["$ref"].removeprefix("#/$defs/")])
+            return {k: inline(v) for k, v in node.items() if k != "$defs"}
+        return [inline(x) for x in node] if isinstance(node, list) else node
+
+    return inline(schema)
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -180,12 +206,53 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
-def read_json(path: Path, max_bytes: int, error: Error, what: str) -> Any:
+def read_json(path: Path, max_bytes: int, error: Error, what: str, max_depth: int | None = None) -> Any:
+    """A JSON file through :func:`read_regular_file`; ``max_depth``: refused when nested deeper
+    (:func:`check_nesting`, before parsing)."""
     data = read_regular_file(path, max_bytes, error, what)
+    check_nesting(data, path, error, "json", MAX_NESTING if max_depth is None else max_depth)
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise error(f"{path}: not valid JSON: {exc}") from exc
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise error(f"{path}: not valid JSON: {exc}") from exc
+    except RecursionError:  # check_nesting's scan bounds the depth; this is its backstop
+        raise error(f"{path}: nested deeper than {MAX_NESTING if max_depth is None else max_depth} levels") from None
+
+
+# What is not structure: strings (their brackets are text) and, in TOML, comments.
+_JSON_TEXT = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_TOML_TEXT = re.compile(rb'"""[\s\S]*?"""(?!")|\'\'\'[\s\S]*?\'\'\'(?!\')|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*')
+
+
+# A TOML dotted key (``a.b."c"``, strings already blanked): each component is one level of tables.
+_TOML_DOTTED = re.compile(rb'(?:[A-Za-z0-9_-]+|"")(?:[ \t]*\.[ \t]*(?:[A-Za-z0-9_-]+|""))+')
+
+
+def nesting_depth(data: bytes, syntax: str = "json") -> int:
+    """The deepest nesting of ``[`` and ``{`` in a JSON (``syntax="json"``) or TOML document, its
+    strings and comments left out: a scan of the bytes, before any parser recurses into them. In
+    TOML a dotted key nests tables too (and tomllib takes time quadratic in its length): its
+    longest one is added, an upper bound (a float such as 1.5 counts as two components)."""
+    text = (_JSON_TEXT if syntax == "json" else _TOML_TEXT).sub(b'""', data)
+    b = np.frombuffer(text, dtype=np.uint8)
+    step = np.isin(b, (ord("["), ord("{"))).astype(np.int64) - np.isin(b, (ord("]"), ord("}")))
+    depth = int(np.cumsum(step).max(initial=0))
+    if syntax == "toml":
+        depth += max((m.group().count(b".") + 1 for m in _TOML_DOTTED.finditer(text)), default=0)
+    return depth
+
+
+def check_nesting(data: bytes, path: Path, error: Error, syntax: str = "json", max_depth: int = MAX_NESTING) -> None:
+    """``error`` naming ``path`` when the document nests deeper than ``max_depth`` (default
+    :data:`MAX_NESTING`), checked before parsing: a parser recurses once per level, so a document
+    100,000 deep would be a RecursionError."""
+    depth = nesting_depth(data, syntax)
+    if depth > max_depth:
+        raise error(f"{path}: nested {depth} levels deep; at most {max_depth} are allowed")
 
 
 # ---------------------------------------------------------------------------------------- manifest

@@ -28,8 +28,8 @@ The message format is a contract pinned by ``tests/judge/test_compare.py``: case
 and percentage, the worst element (the finite one furthest past its own bound; else the first
 non-finite one) with expected, actual and bound, the error summary, and the positions of
 unmatched NaNs. Given the implementation's :class:`~attention_ports.portview.PortView`, shapes and
-positions are in the port's layout, 1-based, under the port's name for the output, and the
-reference layout (NumPy, 0-based) comes second.
+positions are in the port's layout, counted from its index base (1 in R and Julia), under the
+port's name for the output, and the reference layout (NumPy, 0-based) comes second.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class Comparison:
 
     def describe(self, case: str, output: str, view: PortView | None = None) -> str:
         """The failure message: in the port's own terms first when ``view`` is given (its layout,
-        1-based indices, its name for the output), then the reference layout (NumPy, 0-based)."""
+        its index base, its name for the output), then the reference layout (NumPy, 0-based)."""
         head = f"case {case!r}, output {output!r}"
         if self.expected_shape != self.actual_shape:
             return self._describe_shapes(head, view)
@@ -122,7 +122,8 @@ class Comparison:
         at = (lambda i: view.at(i)) if view is not None else (lambda i: str(list(i)))
         if view is not None:
             lines.append(
-                f"  as the port sees it ({view.language}, 1-based): {view.name} is {view.layout(self.expected_shape)}"
+                f"  as the port sees it ({view.language}, {view.base}-based): {view.name} is "
+                f"{view.layout(self.expected_shape)}"
             )
         if self.worst_index is not None:
             e, a, b = self.worst_expected, self.worst_actual, self.worst_bound

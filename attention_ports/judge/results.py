@@ -11,6 +11,7 @@ Layer: judge. Imports only ``attention_ports.spec`` (the port view of a failing 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,7 +100,7 @@ class CaseResult:
     seconds: float = 0.0
     repro: str = ""
     fixture_error: str = ""  # the case's fixture files are bad (bad input, not the implementation's fault)
-    # What a tier adds to a case (JSON report format 4's ``cases[].extra``): a scale case's call time
+    # What a tier adds to a case (JSON report format 5's ``cases[].extra``): a scale case's call time
     # and peak memory, a generated case's seed; empty for the catalogue's cases.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -167,3 +168,20 @@ def case_note(reason: str, flags: tuple[str, ...], diagnosed: bool = False) -> s
     numbers (attention_ports/judge/diagnose.py), says what went wrong; without one the note says so."""
     label = "what this case tests" if diagnosed else "what this case tests (its purpose, not a diagnosis)"
     return f"  {label}: {reason}" + (f" [flags: {', '.join(flags)}]" if flags else "")
+
+
+# A message every case of an implementation shares (a port that does not load, a runtime that does
+# not start) is stored once: the first case holds it, each later case this pointer to it.
+_SAID_AT = re.compile(r"\(why: see case ('.*')\)\Z")
+
+
+def said_at(impl: str, what: str, case: str) -> str:
+    """The message of a case whose reason is the one ``case`` holds (``what``: what happened)."""
+    return f"{impl}: {what}, so no case ran on it (why: see case {case!r})"
+
+
+def pointed_case(message: str) -> str | None:
+    """The case a :func:`said_at` message points to; None for any other message (a case id is a plain
+    name: its repr is it in quotes)."""
+    m = _SAID_AT.search(message)
+    return m.group(1)[1:-1] if m else None

@@ -22,6 +22,7 @@ from attention_ports.judge.results import (
     CaseResult,
     FailedArrays,
     OutputResult,
+    said_at,
 )
 from attention_ports.runtimes import registry, supervisor
 from attention_ports.runtimes.impl import (
@@ -345,19 +346,31 @@ def run_suite(
         emit(name, 0, total, "")
         impl: Implementation | None = (live or {}).get(name)
         unavailable = ""
+        not_started = "could not start"  # what the cases that point at the first one say
         if impl is None:
             try:
-                impl = open_implementation(name, port)
+                impl = registry.create(name, port)
             except ImplementationUnavailable as exc:
                 unavailable = str(exc)
+            else:
+                try:
+                    load_port(impl)
+                except ImplementationUnavailable as exc:
+                    impl.close()
+                    unavailable, impl, not_started = str(exc), None, "the port did not load"
         else:
             try:
                 load_port(impl)
             except ImplementationUnavailable as exc:  # the caller's to close
-                unavailable, impl = str(exc), None
+                unavailable, impl, not_started = str(exc), None, "the port did not load"
         owned = impl is not None and name not in (live or {})
         if impl is not None and on_open is not None:
             on_open(name, impl)
+        # A port that cannot load: the first case says why, every later one points there (a load error
+        # is the same for every case; it may hold 256 KiB of what the port printed): printed once by
+        # the report's grouping of equal messages, and stored once.
+        not_loaded = ""
+        unavailable_said = False
         try:
             for i, (entry, case) in enumerate(zip(entries, cases, strict=True)):
                 if stop.is_set():
@@ -377,8 +390,18 @@ def run_suite(
                     res.outputs = [
                         OutputResult(name, case_id, o, status, message=unavailable) for o in _expected_names(entry)
                     ]
+                    if not unavailable_said:  # said once, as not_loaded below
+                        unavailable_said = True
+                        unavailable = said_at(name, not_started, case_id)
+                elif not_loaded:
+                    res.outputs = [
+                        OutputResult(name, case_id, o, "error", message=not_loaded) for o in _expected_names(entry)
+                    ]
                 else:
                     res.outputs = judge(name, case, impl)
+                    failure = getattr(impl, "load_failure", None)
+                    if res.status == "error" and failure is not None and failure():
+                        not_loaded = said_at(name, "the port did not load", case_id)
                 res.seconds = time.perf_counter() - start
                 if stop.is_set() and res.status == "error":
                     break  # cut short by the interruption, not the implementation's own doing

@@ -24,6 +24,8 @@ WRITERS: dict[str, Callable[[Report, Path], None]] = {
 
 
 def write_reports(report: Report, targets: Mapping[str, Path]) -> None:
+    """Every report asked for, each whole or not at all (core.io.atomic_write). ``verify`` writes
+    them before it prints anything: a terminal must never cost a report."""
     for option, target in targets.items():
         WRITERS[option](report, target)
 
@@ -32,7 +34,10 @@ def exit_status(report: Report, ports: Iterable[str], signum: int | None = None)
     """The exit status of a verify run (or of a merged one), printing why it is not 0."""
     if signum is not None:
         name = signal.Signals(signum).name
-        print(f"interrupted by {name}: {len(report.results)} case run(s) finished; the report holds only those")
+        if report.interrupted:
+            print(f"interrupted by {name}: {len(report.results)} case run(s) finished; the report holds only those")
+        else:
+            print(f"interrupted by {name} once every case had run: the reports hold all {len(report.results)}")
         return EXIT_SIGNAL_BASE + signum
     bad_fixtures = sorted({r.case for r in report.results if r.fixture_error})
     if bad_fixtures:

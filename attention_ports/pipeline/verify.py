@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from attention_ports.core import progress
-from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries, read_manifest
+from attention_ports.fixtures.store import REPO_FIXTURES, FixtureError, iter_entries, read_manifest
 from attention_ports.judge.results import CaseResult, OutputResult
 from attention_ports.judge.runner import in_ci, load_port, run_suite, select_entries
 from attention_ports.judge.runner import offered_operations as runner_offered
@@ -99,16 +99,19 @@ def verify_meta(
     **extra: Any,
 ) -> dict[str, Any]:
     """A verify report's ``meta``: the tier, what ran, on which fixtures, with which versions, and
-    what the tier adds (``random``: seed and profile; ``scale``; ``shard``)."""
-    return {
+    what the tier adds (``random``: seed and profile; ``scale``; ``shard``); the sha256 of every
+    port file and the run's id (attention_ports/pipeline/shards.py: merge-reports refuses mixtures)."""
+    meta = {
         "tier": tier,
         "strict": strict,
         "implementations": impls,
         "ports": {k: str(v) for k, v in ports.items()},
+        "ports_sha256": shards.port_hashes(ports),
         "versions": doctor.runtime_versions(impls),
         "fixtures": fixtures_meta(fixtures_dir),
         **extra,
     }
+    return {**meta, "run_id": shards.run_id(meta)}
 
 
 # --------------------------------------------------------------------- declared operations
@@ -188,7 +191,7 @@ class CaseSource:
         if not quiet:
             print(table(report))
             print()
-        details = failure_details(report)
+        details = failure_details(report, quiet)  # quiet: one line per failing output
         if details:
             print(details)
             print()
@@ -233,7 +236,12 @@ class CatalogueSource(CaseSource):
     graceful = True
 
     def __init__(
-        self, fixtures_dir: Path, case_globs: list[str], parallel: bool = True, precision: str | None = None
+        self,
+        fixtures_dir: Path,
+        case_globs: list[str],
+        parallel: bool = True,
+        precision: str | None = None,
+        operations: list[str] | None = None,
     ) -> None:
         self.default_dir = fixtures_dir == REPO_FIXTURES  # no --dir: each tier's own fixtures
         self.precision = precision
@@ -243,21 +251,38 @@ class CatalogueSource(CaseSource):
         self.globs = case_globs
         self.parallel = parallel
         self.declared: dict[str, dict[str, Any]] = {}  # meta.declared, filled as implementations open
+        self.operations = list(operations or [])  # --op: only these operations' cases
 
     def fixtures_dir(self) -> Path:
         return self.dir
 
+    def _selected(self, fixtures_dir: Path) -> tuple[list[str], list[dict[str, Any]] | None]:
+        """The case globs that select ``--case`` and ``--op`` in ``fixtures_dir`` (each precision's
+        folder holds its own cases) and, with ``--op``, the matching manifest entries (read once:
+        the runner takes them as they are) with their ids as the globs."""
+        if not self.operations:
+            return self.globs, None
+        entries = [e for e in select_entries(fixtures_dir, self.globs) if e.get("op") in self.operations]
+        if not entries:
+            cases = f" matching {' or '.join(self.globs)}" if self.globs else ""
+            raise FixtureError(f"no case{cases} in {fixtures_dir} is of operation {' or '.join(self.operations)}")
+        return exact_globs(e["id"] for e in entries), entries
+
     def meta(self) -> dict[str, Any]:
-        out: dict[str, Any] = {} if self.precision is None else {"precision": self.precision}
+        out: dict[str, Any] = {
+            "selection": self.globs,
+            **({} if self.precision is None else {"precision": self.precision}),
+            **({"operations": self.operations} if self.operations else {}),  # --op: what was selected
+        }
         if self.declared:
             out["declared"] = self.declared
         return out
 
     def units(self) -> list[Unit]:
-        return [Unit(str(e.get("id", "?")), catalogue_cost(e)) for e in select_entries(self.dir, self.globs)]
+        globs, entries = self._selected(self.dir)
+        return [Unit(str(e.get("id", "?")), catalogue_cost(e)) for e in select_entries(self.dir, globs, entries)]
 
     def run(self, sel: Selection, only: list[str] | None, stop: threading.Event) -> list[CaseResult]:
-        globs = self.globs if only is None else exact_globs(only)
         if only == []:
             return []
         results: list[CaseResult] = []
@@ -266,7 +291,8 @@ class CatalogueSource(CaseSource):
             # A lower tier's own fixtures leave operations out (meta.declared says which and why);
             # float64's hold every operation, and a --dir folder holds what its author chose.
             lower = self.default_dir and fmt.name != formats.DEFAULT
-            tier = declared_entry(fmt, asked_operations(self.globs), fixtures_dir) if lower else None
+            asked = [op for op in asked_operations(self.globs) if not self.operations or op in self.operations]
+            tier = declared_entry(fmt, asked, fixtures_dir) if lower else None
 
             def opened(name: str, impl: Implementation, tier: dict[str, Any] | None = tier) -> None:
                 if tier is not None and tier["reasons"]:
@@ -276,11 +302,13 @@ class CatalogueSource(CaseSource):
                     self.declared[name] = {**tier, "operations": chosen, "reasons": reasons}
 
             try:
+                globs, entries = self._selected(fixtures_dir)
                 results += run_suite(
                     fixtures_dir,
                     list(live),
                     sel.ports,
-                    globs,
+                    globs if only is None else exact_globs(only),
+                    entries=entries,
                     required=sel.required,
                     progress=progress.VerifyProgress(),
                     parallel=self.parallel,
@@ -297,7 +325,7 @@ class CatalogueSource(CaseSource):
     def terminal(self, report: Report, quiet: bool) -> None:
         super().terminal(report, quiet)
         acc = accuracy_table(report)
-        if acc:
+        if acc and not quiet:
             print()
             print(acc)
 
@@ -329,8 +357,8 @@ def precision_groups(
     by_fmt: dict[str, Live] = {}
     for name in sel.impls:
         impl, fmt = None, formats.DEFAULT
-        if name == "julia" and name in sel.ports:
-            impl, fmt = in_precision.declared(sel.ports[name])
+        if name in sel.ports and in_precision.declares_precision(name):  # Julia, or a port run as a command
+            impl, fmt = in_precision.declared(sel.ports[name], name)
         by_fmt.setdefault(fmt, {})[name] = impl
     return [(where(fmt), live) for fmt, live in by_fmt.items()]
 
@@ -463,8 +491,8 @@ class RandomSource(CaseSource):
                 print(f"r: R computes in double only; the R port runs in float64 and is judged at {self.precision}")
             made = in_precision.create(name, port, self.precision)
             return made or registry.create(name, port), self.precision
-        if name == "julia" and port is not None:
-            declared, fmt = in_precision.declared(port)
+        if port is not None and in_precision.declares_precision(name):
+            declared, fmt = in_precision.declared(port, name)
             if declared is not None:
                 return declared, fmt
         return registry.create(name, port), formats.DEFAULT
@@ -519,6 +547,7 @@ class ScaleSource(CaseSource):
         catalogue: Path | None = None,
         n_rows: int = 0,
         precision: str | None = None,
+        operations: list[str] | None = None,
     ) -> None:
         from attention_ports.tiers import scale
 
@@ -528,11 +557,22 @@ class ScaleSource(CaseSource):
         self.use_cache = use_cache
         self.catalogue = catalogue or scale.CATALOGUE
         self.n_rows = n_rows or scale.ROWS
+        self.operations = list(operations or [])  # --op: only these operations' cases
         self.result: Any = None
+
+    def _cases(self) -> list[Any]:
+        cases = self.scale.load_cases(self.globs, self.catalogue)
+        if self.operations:
+            cases = [c for c in cases if c.op in self.operations]
+            if not cases:
+                matching = f" matching {' or '.join(self.globs)}" if self.globs else ""
+                ops_named = " or ".join(self.operations)
+                raise FixtureError(f"no case{matching} in {self.catalogue} is of operation {ops_named}")
+        return cases
 
     def units(self) -> list[Unit]:
         s = self.scale
-        cases = s.load_cases(self.globs, self.catalogue)
+        cases = self._cases()
         return [Unit(c.id, float(s.length(c) ** 2 * int(c.options.get("num_heads") or 1))) for c in cases]
 
     def meta(self) -> dict[str, Any]:
@@ -551,7 +591,11 @@ class ScaleSource(CaseSource):
                 harness_peak_rss_bytes=r.harness_peak_rss,
                 describe=r.describe,
             )
-        return {**({} if self.precision is None else {"precision": self.precision}), "scale": out}
+        return {
+            "selection": self.globs,
+            **({} if self.precision is None else {"precision": self.precision}),
+            "scale": out,
+        }
 
     def run(self, sel: Selection, only: list[str] | None, stop: threading.Event) -> list[CaseResult]:
         if only == []:
@@ -563,7 +607,7 @@ class ScaleSource(CaseSource):
         self.result = self.scale.run_tier(
             sel.impls,
             sel.ports,
-            self.globs if only is None else exact_globs(only),
+            exact_globs(c.id for c in self._cases()) if only is None else exact_globs(only),
             use_cache=self.use_cache,
             say=say,
             catalogue=self.catalogue,
@@ -657,7 +701,8 @@ def scale_results(result: Any) -> list[CaseResult]:
 # --------------------------------------------------------------------- the run
 def source_from_args(args: Any) -> CaseSource:
     """The case source ``verify``'s options name (UsageError when they do not go together)."""
-    random = args.random is not None or args.seed is not None or args.op or args.dump is not None
+    random = args.random is not None or args.seed is not None or args.dump is not None
+    operations = list(args.op)  # --op: an operation's cases in every tier
     precision = getattr(args, "precision", None)
     if precision is not None:
         try:
@@ -669,33 +714,35 @@ def source_from_args(args: Any) -> CaseSource:
         # generated and scale cases at them are not built yet (docs/precision.md, "Not yet built").
         which = "--tier scale" if args.tier == "scale" else "--random"
         raise UsageError(f"{which} judges float64 and float32: not --precision {precision} yet")
+    outside = [
+        op
+        for op in operations
+        if precision not in (None, formats.DEFAULT) and op not in formats.tier_ops(formats.get(precision))
+    ]
+    if outside:
+        raise UsageError(f"--op {outside[0]}: the {precision} tier has no rules for it yet (docs/precision.md)")
     if args.tier == "scale":
         if random:
             raise UsageError("--tier scale and --random are two different runs")
         if args.dir != REPO_FIXTURES:
             raise UsageError("--dir selects fixture cases; --tier scale makes its own (fixtures/scale.toml)")
-        return ScaleSource(args.case, use_cache=not args.no_cache, precision=precision)
+        return ScaleSource(args.case, use_cache=not args.no_cache, precision=precision, operations=operations)
     if random:
         if args.random is None or args.random < 1:
-            raise UsageError("--seed, --op and --dump go with --random N (N >= 1)")
+            raise UsageError("--seed and --dump go with --random N (N >= 1)")
         if args.case or args.dir != REPO_FIXTURES:
             raise UsageError("--case and --dir select fixture cases; --random generates its own")
-        outside = [
-            op
-            for op in args.op
-            if precision not in (None, formats.DEFAULT) and op not in formats.tier_ops(formats.get(precision))
-        ]
-        if outside:
-            raise UsageError(f"--op {outside[0]}: the {precision} tier has no rules for it yet (docs/precision.md)")
         if args.dump is not None and precision not in (None, formats.DEFAULT):
             # A kept case is a float64 fixture folder; a tier's folder (its rounded inputs, its
             # bounds) from a generated case is not built yet.
             raise UsageError(f"--dump writes float64 fixtures: not with --precision {precision} yet")
         try:
-            return RandomSource(args.random, args.seed, list(args.op), args.dump, precision)
+            return RandomSource(args.random, args.seed, operations, args.dump, precision)
         except ImportError as exc:
             raise UsageError(f"--random needs hypothesis ({exc}): pip install 'attention-ports[random]'") from exc
-    return CatalogueSource(args.dir, list(args.case), parallel=not args.sequential, precision=precision)
+    return CatalogueSource(
+        args.dir, list(args.case), parallel=not args.sequential, precision=precision, operations=operations
+    )
 
 
 def run(
@@ -715,5 +762,6 @@ def run(
         only = shards.part(units, shard)
         extra["shard"] = shards.shard_meta(shard, units, only)
     results = source.run(sel, only, stop)
+    interrupted = stop.is_set()  # cases were left; a signal while the meta is gathered leaves none
     meta = verify_meta(sel.impls, sel.ports, source.fixtures_dir(), source.tier, strict, **source.meta(), **extra)
-    return Report(results, meta, strict=strict, interrupted=stop.is_set(), ci=in_ci())
+    return Report(results, meta, strict=strict, interrupted=interrupted, ci=in_ci())

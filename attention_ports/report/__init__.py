@@ -64,8 +64,8 @@ def summary_lines(results: Results) -> str:
     return _text.summary_lines(as_report(results))
 
 
-def failure_details(results: Results) -> str:
-    return _text.failure_details(as_report(results))
+def failure_details(results: Results, quiet: bool = False) -> str:
+    return _text.failure_details(as_report(results), quiet)
 
 
 def write_json(results: Results, path: Path, meta: dict[str, Any] | None = None) -> None:

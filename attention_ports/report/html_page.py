@@ -16,10 +16,22 @@ import numpy as np
 from attention_ports.core.io import atomic_write
 from attention_ports.judge.results import CaseResult, OutputResult
 from attention_ports.report import heatmap
-from attention_ports.report.model import CONVENTION_LEGEND, Report, cause, cell_numbers, port_layout, shared_causes
+from attention_ports.report.model import (
+    CONVENTION_LEGEND,
+    Report,
+    SharedCause,
+    cause_key,
+    cell_numbers,
+    port_layout,
+    shared_causes,
+)
 
 MAX_SLICES = 4  # heads of a 3-D output drawn per failure
 MAX_FAILURE_SECTIONS = 200
+NO_HEATMAPS = (
+    "No heatmaps: a merged report is rebuilt from the shards' JSON reports, which hold no arrays; each "
+    "shard's own page (verify --shard K/N --html F) draws them."
+)
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px; color: #1f2328; }
@@ -164,11 +176,12 @@ def _heatmaps(r: CaseResult, o: OutputResult) -> str:
     return "".join(parts)
 
 
-def _shared(shared: dict[str, list[CaseResult]]) -> str:
+def _shared(shared: dict[str, SharedCause]) -> str:
     if not shared:
         return ""
     items = []
-    for text, rs in shared.items():
+    for cause in shared.values():
+        text, rs = cause.label, cause.results
         links = ", ".join(
             f'<a href="#{_e(_anchor(r))}">{_e(r.impl)} &middot; <code>{_e(r.case)}</code></a>' for r in rs
         )
@@ -181,7 +194,7 @@ def _shared(shared: dict[str, list[CaseResult]]) -> str:
     )
 
 
-def _failure(report: Report, r: CaseResult, shared: dict[str, list[CaseResult]] | None = None) -> str:
+def _failure(report: Report, r: CaseResult, shared: dict[str, SharedCause] | None = None) -> str:
     parts = [
         f'<div class="failure" id="{_e(_anchor(r))}">',
         f"<h3>{_e(r.impl)} &middot; <code>{_e(r.case)}</code> &middot; {_e(r.op)}: {_e(r.status.upper())}</h3>",
@@ -195,7 +208,8 @@ def _failure(report: Report, r: CaseResult, shared: dict[str, list[CaseResult]] 
             continue
         parts.append(f"<h4>output <code>{_e(o.output)}</code>: {_e(o.status)}</h4>")
         if o.diagnosis:
-            n = len((shared or {}).get(cause(o.diagnosis), ()))
+            cause = (shared or {}).get(cause_key(o.diagnosis, o.output))
+            n = len(cause.results) if cause is not None else 0
             also = f" <i>(a cause {n} failures share: see above)</i>" if n > 1 else ""
             parts.append(f'<p class="diagnosis"><b>Diagnosis:</b> {_e(o.diagnosis)}{also}</p>')
         parts.append(_heatmaps(r, o))
@@ -247,7 +261,12 @@ def render(report: Report) -> str:
     ]
     if failures:
         shared = shared_causes(failures)
-        body += ["<h2>Failures</h2>", _shared(shared), heatmap.legend()]
+        # The error scale heads the heatmaps; a merged report's failures have none (the arrays are
+        # not in the shards' JSON), so there it says where they are instead of an orphan legend.
+        drawn = any(o.arrays is not None for r in failures for o in r.outputs)
+        merged = "merged_from" in report.meta
+        legend = heatmap.legend() if drawn else f'<p class="meta">{_e(NO_HEATMAPS)}</p>' if merged else ""
+        body += ["<h2>Failures</h2>", _shared(shared), legend]
         body += [_failure(report, r, shared) for r in failures[:MAX_FAILURE_SECTIONS]]
         if len(failures) > MAX_FAILURE_SECTIONS:
             body.append(

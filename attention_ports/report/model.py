@@ -17,11 +17,16 @@ asked for ran and agreed and every operation the implementations declare got a j
 run's precision tier; otherwise how many passed of how many, what did not run, and the declared
 operations that got no case, with the reason (:meth:`Report.not_judged`, :meth:`Report.headline`).
 The command line's exit code follows :attr:`Report.ok`.
+
+The regression gates (attention_ports/pipeline/gates.py) set :attr:`Report.known` (a failing case
+whose every failing output a known-failures file lists is a *known failure*: neither failing nor a
+pass) and :attr:`Report.gate_failures` (each fails the run) once the run is judged.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +89,12 @@ class Report:
     # The agreement counted already (merge-reports sums its shards': a shard holds every
     # implementation of its cases, and the arrays two failures are compared by are not in the JSON).
     agreement_counts: dict[tuple[str, str], Agreement] | None = None
+    # The regression gates' findings (attention_ports/pipeline/gates.py), set once the run is judged:
+    # (impl, case, output) -> "FILE:LINE: reason" for a failing output a known-failures file lists
+    # (its case is then a known failure, not failing, unless another output fails unlisted), and
+    # what the gates fail the run for (a listed output that now passes, a regression on the baseline).
+    known: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    gate_failures: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.impls = list(dict.fromkeys(r.impl for r in self.results))
@@ -101,8 +112,17 @@ class Report:
     def failing_statuses(self) -> set[str]:
         return failing_statuses(self.strict)
 
+    def is_known(self, r: CaseResult) -> bool:
+        """A known failure: the case fails, and every failing output is listed in a known-failures file."""
+        bad = [o for o in r.outputs if o.status in FAILING]
+        return bool(bad) and all((r.impl, r.case, o.output) in self.known for o in bad)
+
     def is_failing(self, r: CaseResult) -> bool:
-        return r.status in self.failing_statuses
+        return r.status in self.failing_statuses and not self.is_known(r)
+
+    @property
+    def known_failures(self) -> list[CaseResult]:
+        return [r for r in self.results if self.is_known(r)]
 
     @property
     def failures(self) -> list[CaseResult]:
@@ -132,10 +152,10 @@ class Report:
     @property
     def ok(self) -> bool:
         """The run's verdict, the exit status's: nothing failing, and under CI every implementation
-        passed something (on a whole run). Cases that did not run (``missing``, ``unavailable``) do
-        not make it false (except ``missing`` under --strict); :attr:`complete` says whether
-        everything ran."""
-        return not self.failures and not self.ci_refused()
+        passed something (on a whole run), and no regression gate failed. Cases that did not run
+        (``missing``, ``unavailable``) do not make it false (except ``missing`` under --strict);
+        :attr:`complete` says whether everything ran."""
+        return not self.failures and not self.ci_refused() and not self.gate_failures
 
     @property
     def complete(self) -> bool:
@@ -228,24 +248,28 @@ class Report:
             who = f" ({', '.join(per)})" if len(self.impls) > 1 else ""
             strict = " (failing under --strict)" if status == "missing" and self.strict else ""
             skipped.append(f"{count} {NOT_RUN[status]}{who}{strict}")
+        if known := len(self.known_failures):
+            skipped.insert(0, f"{known} known failure{'s' if known > 1 else ''} (listed, not a pass)")
         if self.interrupted:
             skipped.append("interrupted: only the cases that finished are counted")
         rest = "; " + ", ".join(skipped) if skipped else ""
         if unjudged := self.not_judged_text():
             rest += f"; {unjudged}"
-        failed = sum(r.status in FAILING for r in self.results)
         refused = self.ci_refused()
         why_ci = " (CI=true: a run must prove its cases ran)"
         if self.complete:
             return f"PASS: all {n} {unit} agree with the truth"
-        if not failed and not passed and not refused:  # nothing failed because nothing ran: no PASS at all
+        if self.ok and not passed and not known:  # nothing failed because nothing ran: no PASS at all
             return f"NOTHING RAN: 0 of {n} {unit}{rest}"
         if self.ok:
             if passed == n and not self.interrupted:  # all judged passed; only operations left out
                 return f"PASS for the {n} judged {unit}{rest}"
             return f"PASS for {passed} of {n} {unit}{rest}"
+        failed = sum(r.status in FAILING and not self.is_known(r) for r in self.results)
         parts = [f"{failed} of {n} {unit} fail"] if failed else []
-        if not failed and not passed:  # under CI=true a run that judged nothing fails: it says both
+        if self.gate_failures:
+            parts.append(f"{len(self.gate_failures)} regression gate failure(s)")
+        if refused and self.nothing_judged():  # under CI=true a run that judged nothing fails: it says both
             parts.append(f"NOTHING RAN: 0 of {n} {unit}")
         if refused and (empty := self.zero_pass()):
             parts.append(f"{', '.join(empty)} passed zero cases{why_ci}")
@@ -275,6 +299,12 @@ class Report:
         return out
 
     def summary(self) -> dict[str, Any]:
+        gated = {}  # only in a run judged by the regression gates, so other reports stay as they were
+        if self.known or self.gate_failures:
+            gated = {
+                "known_failures": [[r.impl, r.case] for r in self.known_failures],
+                "gate_failures": list(self.gate_failures),
+            }
         return {
             "cases": len(self.cases),
             "implementations": {impl: dict(sorted(c.items())) for impl, c in self.counts().items()},
@@ -288,6 +318,7 @@ class Report:
                 impl: {op: {k: finite_or_text(v) for k, v in cell.items()} for op, cell in ops.items()}
                 for impl, ops in self.accuracy().items()
             },
+            **gated,
         }
 
     def agreement(self) -> dict[tuple[str, str], Agreement]:
@@ -405,19 +436,52 @@ def port_layout(o: OutputResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, st
     return e, a, ratio, "reference layout, 0-based"
 
 
-def cause(diagnosis: str) -> str:
-    """The mistake a diagnosis names, without where it shows: the text after its first ": "
-    (``wrong only in the queries 1, 2, where the mask acts; ...: the mask is applied wrongly``
-    -> ``the mask is applied wrongly``). Every diagnose.py line reads "where: what"."""
-    return diagnosis.split(": ", 1)[-1]
+# What a diagnosis says about where a mistake shows, left out when two diagnoses are compared:
+# numbers (a size, a factor of this case, a position; not the digits of a name such as w_1) and
+# lists of positions ("queries 1, 2 and 3 more").
+_NUMBER = re.compile(r"(?<![\w.$])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])")
+_PLACES = re.compile(r"\b(quer(?:y|ies)|rows?|columns?|positions?|keys?|tokens?) #(?:, #)*(?: and # more)?")
 
 
-def shared_causes(failures: list[CaseResult]) -> dict[str, list[CaseResult]]:
-    """Causes named by the diagnoses of two or more failures -> those failures, most shared first:
-    twenty failures with one cause are one mistake to fix, not twenty."""
-    by_cause: dict[str, list[CaseResult]] = {}
+def cause_key(diagnosis: str, output: str = "") -> str:
+    """What makes two diagnoses name one mistake: the diagnosis with where it shows left out (the
+    output's own name, as the reference or a port writes it; numbers; lists of positions).
+    ``w_o is applied transposed`` and ``w_q is applied transposed`` stay two causes."""
+    text = diagnosis
+    for name in {output, output.replace(".", "$")} - {""}:
+        text = re.sub(rf"(?<![\w.$]){re.escape(name)}(?![\w.$])", "OUTPUT", text)
+    return _PLACES.sub(r"\1 #", _NUMBER.sub("#", text))
+
+
+def cause_label(diagnoses: list[str]) -> str:
+    """One shared cause in words: the parts (``where: what: why``, split at ": ") every diagnosis
+    says alike, so the mistake itself stays ("params.w_o is applied transposed: a square weight,
+    ...") and only what differs from failure to failure (a position, this case's factor) goes."""
+    split = [d.split(": ") for d in diagnoses]
+    if len({len(p) for p in split}) != 1:
+        return diagnoses[0]
+    kept = [part for i, part in enumerate(split[0]) if all(p[i] == part for p in split)]
+    return ": ".join(kept) or diagnoses[0]
+
+
+@dataclass
+class SharedCause:
+    """A mistake two or more failures' diagnoses name (:func:`shared_causes`)."""
+
+    label: str
+    results: list[CaseResult]
+
+
+def shared_causes(failures: list[CaseResult]) -> dict[str, SharedCause]:
+    """Causes (:func:`cause_key`) named by the diagnoses of two or more failures -> the cause in
+    words and those failures, most shared first: twenty failures with one cause are one mistake to
+    fix, not twenty."""
+    by_cause: dict[str, tuple[list[str], list[CaseResult]]] = {}
     for r in failures:
-        for c in dict.fromkeys(cause(o.diagnosis) for o in r.outputs if o.diagnosis):
-            by_cause.setdefault(c, []).append(r)
-    shared = {c: rs for c, rs in by_cause.items() if len(rs) > 1}
-    return dict(sorted(shared.items(), key=lambda kv: -len(kv[1])))
+        keys = {cause_key(o.diagnosis, o.output): o.diagnosis for o in r.outputs if o.diagnosis}
+        for key, diagnosis in keys.items():
+            said, rs = by_cause.setdefault(key, ([], []))
+            said.append(diagnosis)
+            rs.append(r)
+    shared = {k: SharedCause(cause_label(said), rs) for k, (said, rs) in by_cause.items() if len(rs) > 1}
+    return dict(sorted(shared.items(), key=lambda kv: -len(kv[1].results)))

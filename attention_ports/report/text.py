@@ -9,7 +9,7 @@ cell can show a small number as its headline (model.cell_numbers).
 
 from __future__ import annotations
 
-from attention_ports.judge.results import CaseResult
+from attention_ports.judge.results import CaseResult, OutputResult, pointed_case
 from attention_ports.report.model import (
     COLUMNS_LEGEND,
     CONVENTION_LEGEND,
@@ -92,25 +92,38 @@ def _named(cases: list[str]) -> str:
     return ", ".join(cases[:MAX_NAMED]) + more
 
 
-def failure_details(report: Report) -> str:
+def failure_details(report: Report, quiet: bool = False) -> str:
     """Every case that did not pass, in run order; two kinds said once per implementation rather
     than once per case: operations a port does not declare (every output missing: a partial port
     leaves them out on purpose), and one message shared by several cases (the same text on
-    different cases is about the implementation, not the case: an R without rpy2)."""
+    different cases is about the implementation, not the case: an R without rpy2).
+
+    ``quiet`` (``verify --quiet``): a failing case is :func:`quiet_case`'s lines (a message
+    shared by several cases is said once, whole, as without it), no blank line between them."""
     shown = report.failing_statuses | {"unavailable", "missing"}
     rows = [r for r in report.results if r.status in shown]
     undeclared: dict[str, dict[str, list[CaseResult]]] = {}
     by_message: dict[tuple[str, str, tuple[str, ...]], list[CaseResult]] = {}
+    said: dict[tuple[str, str], tuple[str, ...]] = {}  # (impl, case) -> its messages
     for r in rows:
         if all(o.status == "missing" for o in r.outputs) and r.outputs:
             undeclared.setdefault(r.impl, {}).setdefault(r.op, []).append(r)
             continue
-        key = (r.impl, r.status, tuple(dict.fromkeys(o.message for o in r.outputs if o.status != "pass")))
-        by_message.setdefault(key, []).append(r)
+        messages = tuple(dict.fromkeys(o.message for o in r.outputs if o.status != "pass"))
+        said[(r.impl, r.case)] = messages
+        # a case whose message points to another's (runner: said once) is grouped with that one,
+        # under the message itself; a case's own id prefix ("case 'x': ") is set aside for that
+        at = pointed_case(messages[0]) if len(messages) == 1 else None
+        if at is not None and (r.impl, at) in said:
+            messages = tuple(m.removeprefix(f"case {at!r}: ") for m in said[(r.impl, at)])
+            first = by_message.pop((r.impl, r.status, said[(r.impl, at)]), None)
+            if first is not None:
+                by_message.setdefault((r.impl, r.status, messages), []).extend(first)
+        by_message.setdefault((r.impl, r.status, messages), []).append(r)
     blocks = []
     for (impl, status, messages), rs in by_message.items():
         if len(rs) == 1 or not messages:
-            blocks += [f"[{r.impl}] {r.message()}" for r in rs]
+            blocks += [quiet_case(report, r) if quiet else f"[{r.impl}] {r.message()}" for r in rs]
         else:
             cases = [r.case for r in rs]
             blocks.append(f"[{impl}] {len(rs)} cases {status} ({_named(cases)}), each with: " + "\n".join(messages))
@@ -121,4 +134,61 @@ def failure_details(report: Report) -> str:
         said = next((o.message for o in first.outputs if o.message), "").removeprefix(f"case {first.case!r}: ")
         strict = "they fail under --strict" if report.strict else "not failures unless --strict"
         blocks.append(f"[{impl}] {n} case(s) missing, operations not provided: {listed} (e.g. {said}); {strict}")
-    return "\n\n".join(blocks)
+    return ("\n" if quiet else "\n\n").join(blocks)
+
+
+# The lines of a failure message that explain it, as the judge writes them ("  diagnosis: ...",
+# judge/runner.py; a localisation of the first wrong output the same way): ``--quiet`` keeps them.
+EXPLAINING = ("diagnosis", "localisation", "localization", "located")
+
+
+def _explaining(message: str) -> list[str]:
+    out = []
+    for line in message.splitlines():
+        label, sep, text = line.strip().partition(": ")
+        if sep and label in EXPLAINING:
+            out.append(f"{label}: {text}")
+    return out
+
+
+def _size(o: OutputResult) -> str:
+    """How wrong one output is, in one phrase: its worst relative error (and the error as a
+    multiple of its bound), or why there is no such number."""
+    if o.status != "fail":  # an error's message is the point: its first line, whole
+        return o.message.splitlines()[0] if o.message else o.status
+    if o.total is None:
+        return "not returned"
+    if o.expected_shape != o.actual_shape:
+        return f"shape {o.actual_shape}, expected {o.expected_shape}"
+    parts = []
+    if o.nonfinite_mismatches:
+        parts.append(f"{o.nonfinite_mismatches} NaN/inf where numbers belong")
+    if o.max_rel_err is not None:
+        parts.append(f"worst rel err {o.max_rel_err:.3g}")
+    if o.err_over_bound is not None:
+        parts.append(f"{fmt_frac(o.err_over_bound)} x bound")
+    return ", ".join(parts) or "beyond its bound"
+
+
+def quiet_case(report: Report, r: CaseResult) -> str:
+    """A failing case as ``verify --quiet`` says it: one line per failing output (its status, how
+    wrong, the diagnosis or localisation the judge's message holds, the case's purpose), then the
+    repro command. Outputs that fail with one message (a port that raised) are one line."""
+    groups: dict[tuple[str, str], list[OutputResult]] = {}
+    for o in r.outputs:
+        if o.status in report.failing_statuses:
+            # a fail is its output's own; an error's message is often every output's
+            key = (o.status, o.message) if o.status != "fail" else (o.status, o.output)
+            groups.setdefault(key, []).append(o)
+    purpose = [f"what this case tests: {r.reason}"] if r.reason else []
+    lines = []
+    for (status, _), outs in groups.items():
+        o = outs[0]
+        what = o.output if len(outs) == 1 else f"{len(outs)} outputs ({_named([x.output for x in outs])})"
+        said = [_size(o), *_explaining(o.message)]
+        if not any(s.startswith("diagnosis") for s in said[1:]) and o.diagnosis:
+            said.append(f"diagnosis: {o.diagnosis}")
+        lines.append(f"{status.upper()} [{r.impl}] {r.case} {what}: " + "; ".join(said + purpose))
+    if r.repro:
+        lines.append(f"  repro: {r.repro}")
+    return "\n".join(lines)

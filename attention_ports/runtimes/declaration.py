@@ -24,6 +24,12 @@ from attention_ports.spec.conventions import CONVENTIONS as MASKED_QUERY
 
 FIELDS = ("operations", "masked_query", "precision", pairing.FIELD)
 
+# A message names at most this many of a declaration's bad names, then counts the rest, and shows
+# at most SHOWN_CHARS of a value: a declaration of 10,000 unknown names once made a 320 KB message,
+# repeated in every output of every case (a 270 MB --json report). docs/ports.md states the cap.
+LISTED = 20
+SHOWN_CHARS = 80
+
 
 class DeclarationError(ValueError):
     """A declaration that cannot be used; the message names the file and the field."""
@@ -53,6 +59,20 @@ class Declaration:
 NONE = Declaration()
 
 
+def _listed(names: list[str]) -> str:
+    """The first :data:`LISTED` names, quoted and cut to :data:`SHOWN_CHARS` each, then how many more."""
+    shown = ", ".join(_shown(n) for n in names[:LISTED])
+    return shown if len(names) <= LISTED else f"{shown} and {len(names) - LISTED} more"
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, at most :data:`SHOWN_CHARS` of it (a port's string may be megabytes)."""
+    if isinstance(value, str) and len(value) > SHOWN_CHARS:
+        return f"{value[:SHOWN_CHARS]!r}... ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+
+
 def _kind(value: Any) -> str:
     if isinstance(value, Unsupported):
         return f"a {value.type}"
@@ -62,7 +82,7 @@ def _kind(value: Any) -> str:
         return "a named list / NamedTuple"
     if isinstance(value, list):
         return f"a vector of {len(value)}"
-    return f"{type(value).__name__} {value!r}"
+    return f"{type(value).__name__} {_shown(value)}"
 
 
 def _strings(value: Any) -> list[str] | None:
@@ -77,24 +97,23 @@ def _strings(value: Any) -> list[str] | None:
 def parse(raw: Any, where: str, language: str) -> Declaration:
     """Check what a worker found under ``attention_ports`` in ``where`` (a file or folder).
 
-    ``language`` is "r" or "julia": it decides how a field is named in messages
+    ``language`` is "r", "julia" or "command" (a port run as a command, whose declaration is its
+    greeting's group: docs/protocol.md): it decides how a field is named in messages
     (``attention_ports$operations`` / ``attention_ports.operations``).
     """
     if raw is None:
         return NONE
     sep = "$" if language == "r" else "."
-    example = (
-        'attention_ports <- list(operations = c("softmax"), masked_query = "zeros")'
-        if language == "r"
-        else 'const attention_ports = (operations = ["softmax"], masked_query = "zeros")'
-    )
+    example = {
+        "r": 'attention_ports <- list(operations = c("softmax"), masked_query = "zeros")',
+        "julia": 'const attention_ports = (operations = ["softmax"], masked_query = "zeros")',
+    }.get(language, 'a group {operations: ["softmax"], masked_query: "zeros"}')
     if not isinstance(raw, dict):
         raise DeclarationError(f"{where}: attention_ports must be {_kind({})}, like {example}; got {_kind(raw)}")
     unknown = [k for k in raw if k not in FIELDS]
     if unknown:
         raise DeclarationError(
-            f"{where}: attention_ports has unknown field(s) {', '.join(map(repr, unknown))}; "
-            f"the fields are {', '.join(FIELDS)}"
+            f"{where}: attention_ports has unknown field(s) {_listed(unknown)}; the fields are {', '.join(FIELDS)}"
         )
     operations: frozenset[str] | None = None
     if "operations" in raw:
@@ -107,7 +126,7 @@ def parse(raw: Any, where: str, language: str) -> Declaration:
         bad = [n for n in names if n not in ops.OPS]
         if bad:
             raise DeclarationError(
-                f"{where}: {field} names {', '.join(map(repr, bad))}, not contract operation(s); "
+                f"{where}: {field} names {_listed(bad)}, not contract operation(s); "
                 f"the operations are {', '.join(ops.OPS)}"
             )
         operations = frozenset(names)
@@ -122,7 +141,7 @@ def parse(raw: Any, where: str, language: str) -> Declaration:
             )
         if values[0] not in MASKED_QUERY:
             raise DeclarationError(
-                f"{where}: {field} = {values[0]!r} is not one of {', '.join(map(repr, MASKED_QUERY))}"
+                f"{where}: {field} = {_shown(values[0])} is not one of {', '.join(map(repr, MASKED_QUERY))}"
             )
         masked_query = values[0]
     precision = _precision(raw, where, language, f"attention_ports{sep}precision")
@@ -136,7 +155,7 @@ def _rope_pairing(raw: dict[str, Any], where: str, prefix: str) -> str:
     values = _strings(raw[pairing.FIELD])
     choices = ", ".join(map(repr, pairing.PAIRINGS))
     if values is None or len(values) != 1 or values[0] not in pairing.PAIRINGS:
-        got = repr(values[0]) if values and len(values) == 1 else _kind(raw[pairing.FIELD])
+        got = _shown(values[0]) if values and len(values) == 1 else _kind(raw[pairing.FIELD])
         raise DeclarationError(f"{where}: {prefix}{pairing.FIELD} must be one of {choices}; got {got}")
     return values[0]
 
@@ -150,10 +169,12 @@ def _precision(raw: dict[str, Any], where: str, language: str, field: str) -> st
         raise DeclarationError(
             f"{where}: {field} must be one of {', '.join(map(repr, formats.FORMATS))}; got {_kind(raw['precision'])}"
         )
-    try:
-        fmt = formats.get(values[0], field)
-    except formats.PrecisionError as exc:
-        raise DeclarationError(f"{where}: {exc}") from None
+    if values[0] not in formats.FORMATS:
+        raise DeclarationError(
+            f"{where}: {field} = {_shown(values[0])} is not a precision; "
+            f"use one of {', '.join(map(repr, formats.FORMATS))}"
+        )
+    fmt = formats.FORMATS[values[0]]
     if language == "r" and fmt.name != "float64":
         raise DeclarationError(
             f"{where}: {field} = {fmt.name!r}: R computes in double only, so an R port is judged at "

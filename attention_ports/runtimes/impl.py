@@ -73,6 +73,11 @@ class Implementation(abc.ABC):
         A result may lack some of the operation's outputs (the judge fails each absent one and
         judges the others), but not all of them: that is an ImplementationError."""
 
+    def load_failure(self) -> str | None:
+        """Why the port can never run here (its load error: a syntax error, a refused declaration),
+        once known; None otherwise. The runner then says it once, not once per case."""
+        return None
+
     def view(self, op: str, output: str) -> PortView | None:
         """How the port sees ``output`` of ``op`` (its name, layout, index base) for messages in its
         own terms; None when its layout and indexing are the reference's (NumPy, 0-based)."""

@@ -227,15 +227,30 @@ def create(name: str, port: Path | None, fmt: str) -> Implementation | None:
         from attention_ports.runtimes.julia.adapter import JuliaImplementation
 
         return JuliaImplementation(port, precision=fmt)
+    if port is not None and name not in ("r", "reference", "torch"):  # a port run as a command
+        from attention_ports.runtimes.command.adapter import CommandImplementation
+
+        return CommandImplementation(name, port, precision=fmt)
     return None  # r: double only, judged as it is
 
 
-def declared(port: Path) -> tuple[Implementation | None, str]:
-    """A Julia port and the precision it declares; a port that cannot load is left to the run."""
-    from attention_ports.runtimes.julia.adapter import JuliaImplementation
+def declares_precision(name: str) -> bool:
+    """Whether a ``--port`` under ``name`` is judged in the precision it declares (Julia, a command)."""
+    return name not in ("r", "reference", "torch")
 
+
+def declared(port: Path, name: str = "julia") -> tuple[Implementation | None, str]:
+    """A Julia port (or a port run as a command under ``name``) and the precision it declares; a
+    port that cannot load is left to the run."""
     try:
-        impl = JuliaImplementation(port)
+        if name == "julia":
+            from attention_ports.runtimes.julia.adapter import JuliaImplementation
+
+            impl: Any = JuliaImplementation(port)
+        else:
+            from attention_ports.runtimes.command.adapter import CommandImplementation
+
+            impl = CommandImplementation(name, port)
         return impl, impl.precision
     except Exception:  # the run reports it as usual, case by case, judged in float64
         return None, precision.DEFAULT

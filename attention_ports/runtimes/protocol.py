@@ -1,4 +1,6 @@
-"""The wire protocol between this process and a port's worker process (R or Julia).
+"""The wire protocol between this process and a port's worker process: version 1 of the public
+protocol that docs/protocol.md describes and attention_ports/runtimes/protocol.json defines
+(our R and Julia workers, and every port run as a command, speak exactly this).
 
 One request, then one reply, at a time, on two private pipes (never the worker's stdout or
 stderr, which belong to the port and are captured as its output; see
@@ -36,6 +38,8 @@ Bodies (``str`` is u32 byte count + UTF-8; counts are u32):
              | 'f' f32 | 'a' the same with f32 elements   (a float32 port's arguments: Julia only;
                                                     attention_ports/spec/precision.py)
              | 'h' f16 | 'g' the same with f16 elements   (a float16 port's arguments: Julia only)
+             | 'b' bf16 | 'w' the same with bf16 elements (the upper half of a float32; sent only
+                                                    as :class:`BFloat16`, read back as float32)
              | 'T' u32 n, n x (str name, value)      (a named group: params -> NamedTuple / list)
              | 'V' u32 n, n x value                  (a list -> Vector / vector)
              | 'X' str type                          (a value with no wire form; declarations only)
@@ -65,8 +69,10 @@ from typing import Any
 
 import numpy as np
 
+VERSION = 1  # the protocol's version: the last byte of both magics
 REQUEST_MAGIC = b"APq1"
 REPLY_MAGIC = b"APr1"
+ECHO_OP = "ap.echo"  # the optional probe operation (docs/protocol.md, "Echo"); no contract name has a dot
 HEADER = struct.Struct("<4sQQ")  # magic, id, body length
 MAX_REPLY_BYTES = 1 << 32
 MAX_REPLY_ENV = "ATTENTION_PORTS_MAX_REPLY_BYTES"
@@ -80,7 +86,8 @@ _U8, _U32, _I64, _F64 = struct.Struct("<B"), struct.Struct("<I"), struct.Struct(
 _LE_F8, _LE_I8, _U1 = np.dtype("<f8"), np.dtype("<i8"), np.dtype("u1")
 _LE_F4, _F32 = np.dtype("<f4"), struct.Struct("<f")
 _LE_F2, _F16 = np.dtype("<f2"), struct.Struct("<e")
-_ARRAY_TAGS = {b"A": _LE_F8, b"Z": _LE_I8, b"K": _U1, b"a": _LE_F4, b"g": _LE_F2}
+_LE_U2, _U16 = np.dtype("<u2"), struct.Struct("<H")
+_ARRAY_TAGS = {b"A": _LE_F8, b"Z": _LE_I8, b"K": _U1, b"a": _LE_F4, b"g": _LE_F2, b"w": _LE_U2}
 _BYTES = [bytes([i]) for i in range(256)]
 _DIMS = [struct.Struct(f"<B{n}q") for n in range(MAX_NDIM + 1)]  # ndim, then the dims
 _SHAPES = [struct.Struct(f"<{n}q") for n in range(MAX_NDIM + 1)]
@@ -103,6 +110,22 @@ class Unsupported:
     """A declaration value the worker could not put on the wire ('X'): its type, as the worker named it."""
 
     type: str
+
+
+@dataclass(frozen=True)
+class BFloat16:
+    """Values to send as bfloat16 ('b' for a 0-D value, 'w' for an array): float32 values that are
+    bfloat16 numbers (their low 16 bits zero), as a bfloat16 storage tier holds them; the low bits
+    are dropped, never rounded (a value that is not a bfloat16 number is refused)."""
+
+    values: np.ndarray
+
+
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    bits = np.array(values, dtype=_LE_F4, order="C").view("<u4")  # np.array keeps a 0-D array 0-D
+    if np.any(bits & 0xFFFF):
+        raise ValueError("a BFloat16 value that is not a bfloat16 number (its low 16 bits are not zero)")
+    return (bits >> 16).astype(_LE_U2)
 
 
 def max_reply_bytes() -> int:
@@ -146,6 +169,15 @@ def encode_value(out: list[Part], value: Any) -> None:
         out.append(tag + _dims(a.ndim).pack(a.ndim, *a.shape))
         if a.size:
             out.append(memoryview(a.T.reshape(-1)).cast("B"))  # column-major bytes; a view when F-contiguous
+    elif isinstance(value, BFloat16):
+        bits = _bf16_bits(np.asarray(value.values))
+        if bits.ndim == 0:
+            out.append(b"b" + _U16.pack(int(bits)))
+        else:
+            bits = np.asfortranarray(bits)
+            out.append(b"w" + _dims(bits.ndim).pack(bits.ndim, *bits.shape))
+            if bits.size:
+                out.append(memoryview(bits.T.reshape(-1)).cast("B"))
     elif value is None:
         out.append(b"N")
     elif isinstance(value, bool | np.bool_):
@@ -301,6 +333,8 @@ class Reader:
         self.pos += nbytes
         flat = np.frombuffer(self.data, dtype=dtype, count=count, offset=offset) if count else np.empty(0, dtype)
         a = flat.reshape(shape, order="F")  # the sender's own shape and memory order: no copy
+        if tag == b"w":  # bfloat16: the upper half of a float32 (exact)
+            return np.asarray(a.astype("<u4") << 16).view(_LE_F4)  # asarray: a 0-D shift is a scalar
         return a.astype(bool) if tag == b"K" else a
 
     def value(self, depth: int = 0) -> Any:
@@ -319,6 +353,8 @@ class Reader:
             return np.float32(self.unpack(_F32))
         if tag == b"h":
             return np.float16(self.unpack(_F16))
+        if tag == b"b":
+            return np.array([self.unpack(_U16) << 16], dtype="<u4").view(_LE_F4)[0]
         if tag == b"S":
             return self.str()
         if tag in _ARRAY_TAGS:
@@ -412,6 +448,11 @@ def check_header(header: bytes | memoryview, magic: bytes, ident: int, limit: in
     """The body length of a frame header, after checking its magic, id and length."""
     got_magic, got_id, length = HEADER.unpack(header)
     if got_magic != magic:
+        if got_magic[:3] == magic[:3]:  # a frame of another version of this protocol
+            raise ProtocolError(
+                f"a frame of protocol version {got_magic[3:]!r} ({got_magic!r}); this suite speaks version "
+                f"{VERSION} ({magic!r}): docs/protocol.md"
+            )
         raise ProtocolError(f"not a frame (it starts {bytes(header[:12])!r}...)")
     if length > limit:
         raise ProtocolError(f"a reply of {length} bytes, over the limit of {limit} ({MAX_REPLY_ENV})")

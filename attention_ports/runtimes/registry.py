@@ -42,8 +42,18 @@ IMPLEMENTATIONS: dict[str, Callable[[], type]] = {"reference": _reference, "torc
 PORTABLE = ("r", "julia")  # the names a user's own port file can stand in for
 
 
+def is_command(name: str) -> bool:
+    """Whether ``name`` is a port run as a command (``--port NAME=PROGRAM``: any name but ours)."""
+    return name not in IMPLEMENTATIONS
+
+
 def create(name: str, port: Path | None = None) -> Implementation:
-    """Build implementation ``name``; ``port`` replaces our port file with a user's (R/Julia only)."""
+    """Build implementation ``name``; ``port`` replaces our port file with a user's (R/Julia), or is
+    the program (or manifest) of a port run as a command under any other name."""
+    if is_command(name) and port is not None:
+        from attention_ports.runtimes.command.adapter import CommandImplementation
+
+        return CommandImplementation(name, port)
     if name not in IMPLEMENTATIONS:
         raise ValueError(f"unknown implementation {name!r}; known: {', '.join(IMPLEMENTATIONS)}")
     if port is not None and name not in PORTABLE:

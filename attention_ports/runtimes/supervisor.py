@@ -220,6 +220,19 @@ def _remove_tmpdir(pid: int, path: str) -> None:
     """The worker's temporary folder, once nothing of it runs (what a port left there goes too)."""
     if _TMPDIRS.get(pid) == path:
         del _TMPDIRS[pid]
+    _remove_folder(path)
+
+
+def _remove_folder(path: str) -> None:
+    """Remove a worker's folder, whatever the port made of it: a folder (with all it holds), or a
+    symbolic link the port put in its place, removed as a link: the folder it points to is not
+    ours, and stays untouched (rmtree refuses a link, and used to leave it behind)."""
+    if os.path.islink(path):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -429,7 +442,7 @@ def _end_quietly(proc: _Process) -> None:  # weakref.finalize: a supervisor drop
     proc.end()
 
 
-def _spawn(argv: Sequence[str], env: Mapping[str, str]) -> _Process:
+def _spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) -> _Process:
     request_r, request_w = os.pipe()
     reply_r, reply_w = os.pipe()
     output_r, output_w = os.pipe()
@@ -458,12 +471,13 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str]) -> _Process:
                 pass_fds=(request_r, reply_w),
                 env=full_env,
                 start_new_session=True,  # its own process group, killed as a whole
+                cwd=cwd,
             )
         )
     except BaseException:
         for fd in ours:
             os.close(fd)
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        _remove_folder(tmpdir)
         raise
     finally:
         for fd in theirs:
@@ -481,7 +495,8 @@ class Supervisor:
 
     ``name`` ("r", "julia") starts every message; ``argv`` starts the worker; ``port`` names the
     port in messages. ``check_hello`` may inspect the greeting (the port's declaration) and raise
-    ValueError, which makes it a load error.
+    ValueError, which makes it a load error. ``cwd``: the folder the worker starts in (a command
+    port's manifest folder; default: this process's).
     """
 
     def __init__(
@@ -493,8 +508,10 @@ class Supervisor:
         *,
         env: Mapping[str, str] | None = None,
         check_hello: Callable[[Reply], None] | None = None,
+        cwd: str | None = None,
     ) -> None:
         self.name, self.argv, self.port, self.limits = name, list(argv), port, limits
+        self._cwd = cwd
         self._env = dict(env) if env is not None else None
         self._check_hello = check_hello
         self._lock = threading.RLock()
@@ -583,7 +600,7 @@ class Supervisor:
     def _start(self) -> None:
         env = self._env if self._env is not None else dict(os.environ)
         try:
-            proc = _spawn(self.argv, env)
+            proc = _spawn(self.argv, env, self._cwd)
         except OSError as exc:
             note = self._strike(f"cannot start {self.argv[0]}")
             raise ImplementationError(f"{self.name}: cannot start the worker ({exc}){note}") from None

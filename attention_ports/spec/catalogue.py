@@ -85,10 +85,13 @@ def load_catalogue(path: Path, max_elements: int = validate.MAX_CATALOGUE_ELEMEN
     every field of its type); any problem is a CatalogueError naming the case and the field.
     ``max_elements``: the most one generated input may have (the scale tier's are larger)."""
     raw_bytes = validate.read_regular_file(path, validate.MAX_CATALOGUE_BYTES, CatalogueError, "catalogue")
+    validate.check_nesting(raw_bytes, path, CatalogueError, "toml")
     try:
         raw = tomllib.loads(raw_bytes.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise CatalogueError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError:  # check_nesting's scan bounds the depth; this is its backstop
+        raise CatalogueError(f"{path}: nested deeper than {validate.MAX_NESTING} levels") from None
     if raw.get("format_version") != CATALOGUE_FORMAT:
         raise CatalogueError(f"{path}: format_version must be {CATALOGUE_FORMAT}, got {raw.get('format_version')!r}")
     seed = raw.get("seed")

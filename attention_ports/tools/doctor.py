@@ -21,7 +21,10 @@ from importlib.util import find_spec
 from attention_ports.core import paths
 
 #: What ``--need`` may name; every check belongs to one of these or to "core" (always needed).
-NEEDS = ("torch", "r", "julia")
+NEEDS = ("torch", "r", "julia", "c")
+# A bare `doctor` asks for what `verify` runs by default; a kit's toolchain (the C compiler) only
+# with --need: a machine that runs no C port needs no compiler.
+DEFAULT_NEEDS = ("torch", "r", "julia")
 PROBE_TIMEOUT_S = 120  # a first Julia start on a cold disk can take a while
 
 
@@ -113,6 +116,16 @@ def check_fixtures() -> Check:
 def check_torch() -> Check:
     ok, said = _python_probe("import torch; print(torch.__version__)")
     return Check("torch", ok, said if ok else f"cannot import torch: {said}", need="torch", fix=_pip("torch>=2.1"))
+
+
+def check_c() -> Check:
+    """A C compiler for ports on the C kit (docs/protocol.md); the kit itself needs nothing else."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return Check("C compiler", False, "no cc on PATH", need="c", fix="attention-ports setup c")
+    ok, said = _probe([cc, "--version"])
+    first = said.splitlines()[0] if said else ""
+    return Check("C compiler", ok, f"{first} ({cc})" if ok else said, need="c", fix="attention-ports setup c")
 
 
 def check_r() -> tuple[Check, Check]:
@@ -228,13 +241,14 @@ def run_checks(needs: Iterable[str] = NEEDS) -> list[Check]:
         "torch": check_torch,
         "r": check_r,
         "julia": check_julia,
+        "c": check_c,
     }
     with ThreadPoolExecutor(max_workers=len(NEEDS)) as pool:
         futures = {name: pool.submit(probes[name]) for name in wanted}
         checks = [check_python(), check_numpy(), check_fixtures()]
         for name in NEEDS:
             if name not in futures:
-                label = {"r": "R", "julia": "Julia"}.get(name, name)
+                label = {"r": "R", "julia": "Julia", "c": "C compiler"}.get(name, name)
                 checks.append(Check(label, False, "not checked (not asked for with --need)", name, optional=True))
                 continue
             got = futures[name].result()
@@ -306,6 +320,6 @@ def main(needs: list[str] | None) -> int:
     pkg = tool_version()
     where = f"installed package {paths.PACKAGE_DIR}" if paths.installed() else f"checkout {paths.ASSET_ROOT}"
     print(f"attention-ports {pkg}: {where}")
-    text, ok = report(run_checks(needs or NEEDS))
+    text, ok = report(run_checks(needs or DEFAULT_NEEDS))
     print(text)
     return 0 if ok else 1

@@ -1,4 +1,5 @@
-"""``attention-ports setup r|julia``: run the packaged installers (scripts/install_r.sh, install_julia.sh).
+"""``attention-ports setup r|julia|c``: run the packaged installers (scripts/install_r.sh,
+install_julia.sh, install_c.sh).
 
 The scripts travel in the wheel (attention_ports/core/paths.py says where they are), so an installed
 tool sets up its runtimes exactly as a checkout's ``make setup`` does:
@@ -9,6 +10,8 @@ tool sets up its runtimes exactly as a checkout's ``make setup`` does:
   1.5.3 unpacked into :func:`attention_ports.paths.julia_prefix` (the checkout's ``.local/julia``,
   or a per-user data folder for an installed package, never site-packages), where the Julia
   adapter looks for it.
+- c: a ``cc`` on PATH when there is one; otherwise Debian's gcc and libc6-dev (root or
+  password-less sudo), for ports written on the C kit (docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 
 from attention_ports.core import paths
 
-RUNTIMES = ("r", "julia")
+RUNTIMES = ("r", "julia", "c")
 
 
 def command(runtime: str) -> tuple[list[str], dict[str, str]]:
@@ -31,6 +34,8 @@ def command(runtime: str) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
     if runtime == "r":
         return ["bash", str(script), sys.executable], env
+    if runtime == "c":
+        return ["bash", str(script)], env
     env["ATTENTION_PORTS_JULIA_PREFIX"] = str(paths.julia_prefix())
     return ["bash", str(script)], env
 

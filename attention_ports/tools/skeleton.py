@@ -478,6 +478,11 @@ def write(lang: str, path: Path) -> Path:
         raise InitError(f"init takes one of {', '.join(LANGUAGES)}, not {lang!r}")
     if path.suffix not in EXTENSIONS[lang]:
         raise InitError(f"{path}: a {lang} port file must end in {' or '.join(EXTENSIONS[lang])}")
+    return atomic_create(path, render(lang, str(path)))
+
+
+def atomic_create(path: Path, text: str) -> Path:
+    """Create ``path`` holding ``text``: never over an existing file, never half written."""
     if path.exists() or path.is_symlink():
         raise InitError(f"{path} already exists; not overwriting it (choose another path or remove it)")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -486,7 +491,7 @@ def write(lang: str, path: Path) -> Path:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             # mkstemp makes the file 0600: give it the mode a plain open() would (0644 under umask 022)
             os.fchmod(fh.fileno(), 0o666 & ~current_umask())
-            fh.write(render(lang, str(path)))
+            fh.write(text)
         # link() refuses an existing target: no race with a file created meanwhile.
         os.link(tmp, path)
     except FileExistsError:

@@ -33,7 +33,7 @@ def test_twenty_full_runs_give_byte_identical_json(tmp_path: Path, capsys: pytes
     want = first.read_bytes()
     summary = json.loads(want)["summary"]
     assert summary["ok"] is True and set(summary["implementations"]) == {"reference", "r"}
-    meta = cli.verify_meta(["reference", "r"], {}, REPO_FIXTURES.resolve())  # what the command wrote
+    meta = cli.verify_meta(["reference", "r"], {}, REPO_FIXTURES.resolve(), selection=[])  # what the command wrote
     # The manifest, read and validated once (run 1 read it itself): reading a file again would only
     # re-test reading it, as starting R would re-test start-up.
     entries = list(iter_entries(REPO_FIXTURES))

@@ -138,7 +138,8 @@ _ADD = "softmax <- function(x, axis = -1) x + 1\nhelper <- function(x) x\n"
 _TWICE = (
     "softmax <- function(x, axis = -1) {\n"
     "  left <- exists('helper') || exists('leak') || getOption('digits') != 7 ||\n"
-    "    nzchar(Sys.getenv('ATTENTION_PORTS_LEAK')) || exists('.Random.seed', envir = globalenv())\n"
+    "    nzchar(Sys.getenv('ATTENTION_PORTS_LEAK')) || exists('.Random.seed', envir = globalenv()) ||\n"
+    "    exp(0) != 1 || stats::median(c(1, 3)) != 2 || median(c(1, 3)) != 2\n"
     "  if (left) -1 else 2 * x\n"
     "}\n"
 )
@@ -169,7 +170,12 @@ def test_an_r_worker_loads_another_port_in_place_and_nothing_of_the_last_remains
         "options(digits = 3)",
         "Sys.setenv(ATTENTION_PORTS_LEAK = '1')",
         "set.seed(1)",  # .Random.seed in the global environment
+        # base R itself, a namespace, a package on the search path (once left so for the next port)
+        "unlockBinding('exp', baseenv()); assign('exp', function(x) x, baseenv()); lockBinding('exp', baseenv())",
+        "local({e <- asNamespace('stats'); unlockBinding('median', e); assign('median', function(...) 0, e)})",
+        "local({p <- as.environment('package:stats'); unlockBinding('median', p); assign('median', sd, p)})",
     ],
+    ids=["globalenv", "options", "environment", "seed", "base", "namespace", "search-path"],
 )
 def test_after_a_port_that_changed_the_r_session_the_next_port_gets_a_fresh_worker(
     r: str, tmp_path: Path, change: str
@@ -208,3 +214,24 @@ def test_a_port_that_cannot_load_fails_the_load_and_the_next_load_recovers(r: st
     finally:
         impl.close()
     assert zombies() == []
+
+
+def test_a_tmpdir_swapped_for_a_symlink_is_removed_as_a_link(r: str, tmp_path: Path, monkeypatch) -> None:
+    """The port replaces its $TMPDIR with a link to a folder of someone else's and crashes: the
+    link goes (rmtree refused it, and it stayed), the folder it points to is not followed."""
+    root, target = tmp_path / "tmp", tmp_path / "not-the-ports"
+    root.mkdir()
+    target.mkdir()
+    (target / "keep.txt").write_text("someone else's")
+    monkeypatch.setenv("TMPDIR", str(root))
+    monkeypatch.setenv("FAULT_TARGET", str(target))
+    impl = create("r", port("r", "swaps_its_tmpdir_for_a_symlink"))
+    try:
+        (folder,) = root.iterdir()  # the worker's own $TMPDIR
+        with pytest.raises(ImplementationError, match="exit code 3"):
+            impl.run("softmax", {"x": np.array([[1.0, 2.0]])}, {})
+        assert not folder.is_symlink() and not folder.exists()  # the link is gone: checked, not followed
+    finally:
+        impl.close()
+    assert list(root.iterdir()) == []
+    assert [p.name for p in target.iterdir()] == ["keep.txt"] and (target / "keep.txt").read_text() == "someone else's"

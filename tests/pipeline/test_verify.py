@@ -162,3 +162,66 @@ def test_a_bad_precision_is_refused_before_the_run(
 ) -> None:
     assert cli.main(["verify", "--impl", "reference", *argv]) == cli.EXIT_BAD_INPUT
     assert message in capsys.readouterr().err
+
+
+def small_fixtures(folder: Path, ids: tuple[str, ...]) -> Path:
+    """A fixture folder of a few shipped cases (their files and manifest entries): a run over it
+    reads and validates a manifest of those cases only."""
+    import shutil
+
+    manifest = json.loads((fixtures.REPO_FIXTURES / "manifest.json").read_text())
+    manifest["cases"] = [c for c in manifest["cases"] if c["id"] in ids]
+    for entry in manifest["cases"]:
+        shutil.copytree(fixtures.REPO_FIXTURES / "cases" / entry["id"], folder / "cases" / entry["id"])
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+SMALL = ("gpt_one_token", "gpt_grads_one_token", "softmax_ties")
+
+
+def test_op_selects_one_operations_catalogue_cases(tmp_path: Path) -> None:
+    """``--op NAME`` without ``--random`` (issue 26): that operation's catalogue cases only, with
+    ``--case`` the cases both select (``--case 'gpt_*'`` matches gpt_forward, gpt_grads and
+    gpt_train; ``--op`` one of them)."""
+    folder = small_fixtures(tmp_path / "fx", SMALL)
+    out = tmp_path / "r.json"
+    argv = ["verify", "--impl", "reference", "--dir", str(folder), "--quiet", "--json", str(out)]
+    assert cli.main([*argv, "--op", "gpt_forward", "--op", "softmax", "--case", "*_t*"]) == 0
+    doc = json.loads(out.read_text())
+    assert [c["case"] for c in doc["cases"]] == ["softmax_ties", "gpt_one_token"]  # manifest order
+    assert doc["meta"]["operations"] == ["gpt_forward", "softmax"]
+
+
+def test_op_selects_a_precision_tiers_own_cases(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    argv = ["verify", "--impl", "reference", "--precision", "float32", "--op", "rms_norm", "--json", str(out)]
+    assert cli.main([*argv, "--quiet"]) == 0
+    manifest = json.loads((fixtures_dir("float32") / "manifest.json").read_text())["cases"]
+    want = [c["id"] for c in manifest if c["op"] == "rms_norm"]
+    assert [c["case"] for c in json.loads(out.read_text())["cases"]] == want and want
+
+
+def test_op_in_the_scale_tier_selects_its_cases() -> None:
+    from attention_ports.pipeline import verify as pipeline
+    from attention_ports.tiers import scale
+
+    args = cli.build_parser().parse_args(["verify", "--tier", "scale", "--op", "decoder_block"])
+    units = pipeline.source_from_args(args).units()
+    assert [u.id for u in units] == [c.id for c in scale.load_cases() if c.op == "decoder_block"] and units
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--op", "softmax", "--case", "gpt_*"], "no case matching gpt_* in"),
+        (["--op", "softmax", "--tier", "scale"], "is of operation softmax"),
+        (["--op", "gpt_train", "--precision", "float32"], "--op gpt_train: the float32 tier has no rules for it"),
+    ],
+)
+def test_op_that_selects_nothing_is_bad_input(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = ["--dir", str(small_fixtures(tmp_path / "fx", SMALL))] if "--tier" not in argv else []
+    assert cli.main(["verify", "--impl", "reference", *folder, *argv]) == cli.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err

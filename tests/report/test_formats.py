@@ -152,11 +152,11 @@ def test_a_headline_says_pass_only_when_every_case_ran_and_agreed(report: Report
 # ---------------------------------------------------------------- JSON
 
 
-def test_json_v4_keeps_v2_fields_and_adds_the_diagnosis_and_agreement(report: Report, tmp_path: Path) -> None:
+def test_json_v5_keeps_v2_fields_and_stores_a_cases_shared_fields_once(report: Report, tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     json_report.write_json(report, path)
     doc = json.loads(path.read_text())
-    assert doc["version"] == 4
+    assert doc["version"] == 5
     v2 = {"impl", "case", "output", "status", "max_abs_err", "max_rel_err", "max_ulp_err", "err_over_bound", "message"}
     for row in doc["results"]:
         assert v2 <= set(row)
@@ -165,7 +165,9 @@ def test_json_v4_keeps_v2_fields_and_adds_the_diagnosis_and_agreement(report: Re
     for row in bad:
         assert row["status"] == "fail" and row["mismatches"] > 0 and row["total"] == np.prod(row["expected_shape"])
         assert row["diagnosis"].startswith("wrong only in the queries 1, 2, 3, 4, 5, 6, 7, where the mask acts")
-        assert row["flags"] == ["mask", "random"] and row["reason"]
+        assert "flags" not in row and "reason" not in row  # format 5: once per case, in "cases"
+    (case,) = [c for c in doc["cases"] if c["impl"] == "r" and c["case"] == FAILING]
+    assert case["flags"] == ["mask", "random"] and case["reason"]
     assert doc["agreement"]["reference"]["reference"] == {"agree": 5, "compared": 5, "unknown": 0}
     assert doc["agreement"]["reference"]["r"] == {"agree": 2, "compared": 4, "unknown": 0}
     assert doc["summary"]["ok"] is False

@@ -166,7 +166,7 @@ def test_verify_random_on_the_reference(tmp_path: Path, capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     assert "reference: 20 generated cases, all pass" in out and "seed 5" in out
     doc = json.loads((tmp_path / "j").read_text())  # the one report format, every tier's
-    assert doc["version"] == 4 and doc["meta"]["tier"] == "random" and doc["meta"]["random"]["seed"] == 5
+    assert doc["version"] == 5 and doc["meta"]["tier"] == "random" and doc["meta"]["random"]["seed"] == 5
     assert doc["meta"]["random"]["runs"]["reference"]["examples"] == 20
     assert doc["summary"]["implementations"] == {"reference": {"pass": 20}} and doc["summary"]["ok"]
     assert {c["repro"] for c in doc["cases"]} == {"attention-ports verify --random 20 --seed 5 --impl reference"}

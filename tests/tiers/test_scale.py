@@ -398,7 +398,7 @@ def test_workers_get_the_scale_tier_call_limit_unless_the_user_set_one(monkeypat
 def test_the_scale_tier_writes_every_report_format_and_its_shards_merge(
     small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``verify --tier scale`` goes through the one pipeline: JSON format 4, JUnit, HTML, markdown;
+    """``verify --tier scale`` goes through the one pipeline: JSON format 5, JUnit, HTML, markdown;
     two shards merged hold the whole run's results."""
     import json
     import xml.etree.ElementTree as ET

@@ -305,6 +305,12 @@ class JuliaImplementation(Implementation):
         assert self._declaration is not None
         return self._declaration
 
+    def load_failure(self) -> str | None:
+        """The port's load error once a start has met it (a start that timed out or crashed is not
+        one: the next call retries it, as the supervisor allows)."""
+        sup = getattr(self._transport, "supervisor", None)
+        return sup.load_error if sup is not None else getattr(self._transport, "_load_error", None)
+
     @property
     def masked_query(self) -> str:  # type: ignore[override]
         """The port's convention for a fully masked query (ports/CONTRACT.md); loads the port."""

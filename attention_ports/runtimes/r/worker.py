@@ -237,6 +237,8 @@ class Port:
 
     def call(self, request: Request) -> list[Part]:
         op, r = request.op, self.r
+        if op == protocol.ECHO_OP:  # the optional probe (docs/protocol.md): R has no float32 to echo
+            return protocol.reply_missing(f"{op}: the R worker does not offer the echo probe")
         call = _Call(op)
         try:
             for arg in request.args:
@@ -348,7 +350,11 @@ def serve(files: Sequence[str], request_fd: int, reply_fd: int) -> None:
         body = buffer[:length]
         if not _read_exact(request_fd, memoryview(body)) and length:
             return
-        request = protocol.decode_request(body)
+        try:
+            request = protocol.decode_request(body)
+        except ProtocolError as exc:  # the frame was whole: answer, and read on (docs/protocol.md)
+            _send(reply_fd, ident, protocol.reply_error(f"malformed request: {exc}"))
+            continue
         if request.load is not None:
             loaded, reply = load_again(r, pristine, request.load)
             _send(reply_fd, ident, reply)

@@ -1,0 +1,1 @@
+"""Ports run as commands: any program speaking the public protocol (docs/protocol.md)."""
