@@ -40,8 +40,14 @@ The normalisation layers and gelu (checked right after the axes): the known mist
 the unbiased variance, eps outside the square root or missing, the mean over the tokens, the bias before the
 weight or ignored, rms_norm on the centred variance, gelu's other form; and layer_norm's one-pass
 variance by its error's envelope on nearly constant tokens. These are tried before the float32
-explanation too, since some of them (eps outside the square root with a small eps, the one-pass
+explanation, as every recomputed mistake, since some of them (eps outside the square root with a small eps, the one-pass
 variance) err by float32-sized amounts.
+
+The precision line (``_check_precision``, issue 26) comes after every check that recomputes a
+mistake, and before the one that only says where the error lies: a port in a language with float32
+(not R), judged at float64, whose error is not value-sized and is the size of the NumPy reference's
+own error when run in float32; where the float32 tier certifies a bound for the case, its numbers
+must also pass that judgement (docs/precision.md, "The precision diagnosis").
 
 The transformer (checked right after the axes too): gpt_forward's logits of the last position only
 (the expected last row, in whatever shape it came back), and, recomputed, a decoder block (or
