@@ -146,6 +146,7 @@ def results_of(doc: dict[str, Any], path: Path) -> list[CaseResult]:
                 reason=o["reason"],
                 flags=tuple(o["flags"]),
                 masked_query=o["masked_query"],
+                localisation=o.get("localisation", ""),  # a report before issue 26 has none
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ShardError(f"{path}: a result lacks or mistypes a field ({exc!r})") from exc

@@ -14,6 +14,10 @@ Version 4 (``REPORT_VERSION``). Changes from version 3 (the ``results``, ``summa
   ``merge-reports`` needs to rebuild the run. No wall times (a catalogue run's JSON stays byte for
   byte the same from run to run), so a merged JUnit's testcases have time 0.
 
+Within version 4 (readers keep working): a new per-output field ``localisation``, where a case of
+a composite operation goes wrong (attention_ports/judge/localise.py; the same on each output of a
+case, "" when there is nothing to add); ``merge-reports`` reads a report without it as "".
+
 Changes from version 2 to 3, which readers of 2 can ignore:
 - ``max_abs_err``, ``max_rel_err`` and ``max_ulp_err`` cover the elements where both values are
   finite; a NaN or an infinity where a number belongs is counted in ``nonfinite_mismatches``

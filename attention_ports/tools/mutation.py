@@ -445,6 +445,7 @@ class MutantResult:
     # case id -> (output, diagnosis) of each failing output that got one: what the kit's bugs are
     # told (issue 26: a logic bug must never be told it is float32's rounding)
     diagnoses: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    localisations: dict[str, str] = field(default_factory=dict)  # case id -> where it goes wrong
     seconds: float = 0.0
 
     @property
@@ -505,6 +506,7 @@ class MutantResult:
             "statuses": self.statuses,
             "messages": self.messages,
             "diagnoses": {c: [list(d) for d in ds] for c, ds in self.diagnoses.items()},
+            "localisations": self.localisations,
             "seconds": round(self.seconds, 3),
         }
 
@@ -602,6 +604,8 @@ def _run_mutant(
             said = [(o.output, o.diagnosis) for o in r.outputs if o.status != "pass" and o.diagnosis]
             if said:
                 result.diagnoses[r.case] = said
+            if r.localisation:
+                result.localisations[r.case] = r.localisation
     result.seconds = time.perf_counter() - start
     return result
 
