@@ -681,8 +681,11 @@ def test_an_adamw_mistake_is_named_on_every_output_it_moves(cid: str, mistake: d
 def test_a_correct_adamw_step_and_an_unknown_adamw_mistake_get_no_adamw_line() -> None:
     c = case("adamw_large_decay_betas_t3")
     assert diagnose.explain(c, "param", _adamw(c)["param"]) == ""  # right: no diagnosis
+    # the betas swapped is a known one now (issue 26); a lr of 1.5 times the case's is no known mistake
     swapped = _adamw(c, beta1=c.options["beta2"], beta2=c.options["beta1"])
-    named = diagnose.explain(c, "param", swapped["param"])
+    assert diagnose.explain(c, "m", swapped["m"]) == "beta1 and beta2 are swapped: m decays with beta2 and v with beta1"
+    other_lr = _adamw(c, lr=1.5 * (c.options.get("lr") or 1e-3))
+    named = diagnose.explain(c, "param", other_lr["param"])
     assert not any(line in named for _, line in diagnose.ADAMW_MISTAKES), named
 
 
