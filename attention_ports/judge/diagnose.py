@@ -565,6 +565,11 @@ def _dims(case: Case) -> dict[str, int]:
         dims["n_k"] = shape("key")[0]
         dims["h"] = int(case.options.get("num_heads") or 1)
         dims["d_head"] = dims["d_model"] // dims["h"]
+    elif case.op in ("lm_loss", "gpt_grads", "gpt_train") and "targets" in ins:
+        # the loss is a mean over the counted positions: a gradient of the sum is count times too large
+        targets = np.asarray(ins["targets"]).reshape(-1)
+        ignore = ins.get("ignore_index")
+        dims["count"] = int((targets != np.asarray(ignore)).sum()) if ignore is not None else targets.size
     elif case.op.startswith("classifier"):
         if shape("params.w_q"):
             dims["d"] = shape("params.w_q")[0]
@@ -760,7 +765,7 @@ def _constants(case: Case) -> list[tuple[str, float, str]]:
         ("1/sqrt(2)", 1 / math.sqrt(2), "a dimension doubled inside a square root (sqrt(d_model) vs sqrt(d_k)?)"),
     ]
     for name, v in dims.items():
-        sum_or_mean = name in ("n", "n_q", "n_k")
+        sum_or_mean = name in ("n", "n_q", "n_k", "count")
         out += [
             (
                 name,

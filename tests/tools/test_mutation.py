@@ -326,6 +326,8 @@ DIAGNOSED = {
     "j_gt_grads_accumulated": "each step's gradients are added to the previous step's",
     "r_gt_decay_matrices_only": "the weight decay skips the biases and the norms' gains",
     "j_gt_decay_matrices_only": "the weight decay skips the biases and the norms' gains",
+    "r_gg_no_count": "times the expected values, element by element: a factor count = ",
+    "j_gg_no_count": "times the expected values, element by element: a factor count = ",
     "r_lm_ignore_index_not_shifted": "ignore_index has no effect",
     "j_lm_ignore_dropped": "ignore_index has no effect",
 }
