@@ -262,7 +262,8 @@ def _check_precision(ctx: Context) -> str:
     """The port computes in float32 and is judged at float64: named only where it is so.
 
     Never for R (double only), never where the case is judged at float32 already (the port is
-    then judged in its own precision), never on a value-sized error, and only after every logic
+    then judged in its own precision), never on a value-sized error, only where every value the
+    port returned is a float32 value, and only after every logic
     diagnosis that recomputes a mistake was tried (CHECKS: this one comes after them). Where the
     float32 tier certifies a bound for the case (its inputs rounded to float32, as a float32 port
     rounds them), the port's numbers must pass that judgement element by element; elsewhere (a case
@@ -281,6 +282,11 @@ def _check_precision(ctx: Context) -> str:
     if not np.array_equal(np.isfinite(a), fin) or not np.array_equal(np.isnan(a), np.isnan(e)):
         return ""
     if not fin.any() or not agree(e[~fin], a[~fin], b[~fin]).all() or _value_sized(ctx):
+        return ""
+    # a port computing in float32 returns float32 values: every finite element is one (widened to
+    # float64 exactly); a float64 port whose logic errs by float32-sized amounts (eps outside the
+    # square root, a cubic coefficient cut short) returns float64 values, and is no float32 port
+    if not np.array_equal(precision.round_to(a[fin], FLOAT32.storage_format), a[fin]):
         return ""
     # float32-sized: neither far above nor far below what float32 arithmetic does here (a float64
     # port's error a little past its bound passes a float32 bound too, but is no float32 error)

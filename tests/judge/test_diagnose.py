@@ -762,10 +762,25 @@ def test_where_no_float32_bound_is_certified_the_precision_line_says_it_measured
             "errs as much here (the port's worst error is 1 times its), though no float32 bound "
             f"is certified for this case ({why}"
         ), line
-        # sixteen times float32's error either way is no longer float32's
+        # 32 times float32's error, in float32 values, is no longer float32's rounding
         e = expected(c, output)
-        for factor in (1 / 32, 32):
-            assert not diagnose.explain(c, output, e + factor * (ours - e), julia(output, Role.BLOCK_WEIGHT))
+        larger = (e + 32 * (ours - e)).astype(np.float32).astype(np.float64)
+        assert not diagnose.explain(c, output, larger, julia(output, Role.BLOCK_WEIGHT)).startswith(FLOAT32_LINES)
+
+
+def test_a_float64_port_whose_logic_errs_by_float32_sized_amounts_is_no_float32_port() -> None:
+    # issue 26: a Julia port in Float64 with eps outside the square root, or gelu's cubic coefficient
+    # cut short, errs by float32-sized amounts on gpt_grads; the values it returns are float64's
+    c = case("gpt_grads_one_token")
+    ours = _in_float32(c)["grads.w_1"]
+    e = expected(c, "grads.w_1")
+    assert diagnose.explain(c, "grads.w_1", ours, julia("grads.w_1", Role.BLOCK_WEIGHT)).startswith(FLOAT32_LINES)
+    quarter = 0.25 * np.spacing(np.abs(ours).astype(np.float32)).astype(np.float64)
+    shifted = ours + quarter * np.sign(e)  # the same size of error, off the float32 grid
+    assert not np.array_equal(shifted.astype(np.float32), shifted)
+    assert not diagnose.explain(c, "grads.w_1", shifted, julia("grads.w_1", Role.BLOCK_WEIGHT)).startswith(
+        FLOAT32_LINES
+    )
 
 
 def test_two_equal_values_are_no_constant_factor() -> None:

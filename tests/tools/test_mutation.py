@@ -297,7 +297,6 @@ def test_the_backward_and_training_loop_bugs_are_localised(
 DIAGNOSED = {
     "r_tf_no_causal_mask": "the attention is not causal",
     "j_tf_no_causal_mask": "the attention is not causal",
-    "r_tf_causal_mask_excludes_self": "the causal mask leaves out the diagonal",
     "j_tf_causal_diagonal_masked": "the causal mask leaves out the diagonal",
     "r_tf_post_norm": "the block is post-norm",
     "j_tf_post_norm": "the block is post-norm",
