@@ -134,6 +134,9 @@ class Context:
     view: PortView | None
     masked_query: str
     role: Role | None
+    # every output the port returned on the case (reference layout): what the precision line reads
+    # the port's arithmetic from; None: this output alone
+    returned: Mapping[str, np.ndarray] | None = None
 
     @property
     def language(self) -> str:
@@ -165,6 +168,7 @@ def explain(
     masked_query: str = "zeros",
     expected: np.ndarray | None = None,
     bound: np.ndarray | None = None,
+    returned: Mapping[str, np.ndarray] | None = None,
 ) -> str:
     """The diagnosis of one failing output (``""`` when no known mistake fits).
 
@@ -185,6 +189,7 @@ def explain(
         view,
         masked_query,
         role,
+        returned,
     )
     if _rounding_sized(ctx):
         # rounding within a correct formulation explains it: no mistake is named, except a
@@ -258,6 +263,9 @@ PRECISION_FACTOR = 16.0
 VALUE_SIZED = 2.0**FLOAT32.max_first_order_exp
 
 
+_HALF_FLOAT32 = precision.Storage("16 bits", 16, FLOAT32.max_finite, FLOAT32.min_normal_exp, FLOAT32.min_subnormal_exp)
+
+
 def _check_precision(ctx: Context) -> str:
     """The port computes in float32 and is judged at float64: named only where it is so.
 
@@ -286,7 +294,7 @@ def _check_precision(ctx: Context) -> str:
     # a port computing in float32 returns float32 values: every finite element is one (widened to
     # float64 exactly); a float64 port whose logic errs by float32-sized amounts (eps outside the
     # square root, a cubic coefficient cut short) returns float64 values, and is no float32 port
-    if not np.array_equal(precision.round_to(a[fin], FLOAT32.storage_format), a[fin]):
+    if not _float32_values(ctx):
         return ""
     # float32-sized: neither far above nor far below what float32 arithmetic does here (a float64
     # port's error a little past its bound passes a float32 bound too, but is no float32 error)
@@ -310,6 +318,18 @@ def _check_precision(ctx: Context) -> str:
         f"({why}): the port probably computes in float32, and is judged here at float64; "
         f"{_declare_float32(ctx.language)}"
     )
+
+
+def _float32_values(ctx: Context) -> bool:
+    """Every value the port returned on the case is a float32 value, and some of them tell float32
+    apart: need more than 16 of its 24 bits (a saturated softmax's 0 and 1, or a sum of powers of
+    two, are exact in any format and say nothing; a float32 result fits in 16 bits with probability
+    2^-8). Read over every output returned, so that one output's exact values borrow the others'."""
+    arrays = [np.asarray(x, dtype=np.float64) for x in (ctx.returned or {ctx.output: ctx.actual}).values()]
+    arrays = [x[np.isfinite(x)] for x in arrays if np.size(x)]
+    if not all(np.array_equal(precision.round_to(x, FLOAT32.storage_format), x) for x in arrays):
+        return False
+    return any(not np.array_equal(precision.round_to(x, _HALF_FLOAT32), x) for x in arrays)
 
 
 def _declare_float32(language: str) -> str:

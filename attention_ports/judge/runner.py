@@ -142,7 +142,7 @@ def judge_output(
     view = impl.view(case.op, name) if hasattr(impl, "view") else None  # duck-typed implementations too
     res.message = cmp.describe(case.id, name, view)
     masked_query = convention or declared_convention(impl, case.op)
-    res.diagnosis = diagnose.explain(case, name, actual, view, masked_query, exp.array, exp.bound)
+    res.diagnosis = diagnose.explain(case, name, actual, view, masked_query, exp.array, exp.bound, returned)
     if res.diagnosis:
         res.message += f"\n  diagnosis: {res.diagnosis}"
     if max(exp.array.size, actual.size) <= KEEP_ARRAYS_UP_TO:

@@ -39,15 +39,16 @@ def test_our_julia_port_in_float32_fails_at_float64_with_the_precision_diagnosis
         impl.close()
     failed = [o for r in results for o in r.outputs if o.status == "fail"]
     named = [o for o in failed if o.diagnosis]
-    # Measured (issue 26's rule, judge/diagnose.py, _check_precision): 822 of 824 failing outputs of
+    # Measured (issue 26's rule, judge/diagnose.py, _check_precision): 821 of 824 failing outputs of
     # 191 cases get the precision line, and no logic bug is named anywhere (issue 17's rule: 784).
-    # 551 are on cases the float32 tier certifies, whose float32 judgement the port's numbers pass
+    # 550 are on cases the float32 tier certifies, whose float32 judgement the port's numbers pass
     # (every one of them); the other 271 (gpt_train, not in the tier; the cases the tier leaves out)
     # get the line that says it measured: the port errs as much as the NumPy reference run in
     # float32, within 16x either way (0.14x to 10x here). Not named: ln_cancellation_eps0, whose
     # float32 error is value-sized (past 2^-8 of the output: past float32's first-order regime, and
-    # left out of the tier), and gelu_erf_tails, whose error is 20x the float32 reference's (the
-    # port's Float32 erf is not NumPy's): past the factor, so no claim.
+    # left out of the tier); gelu_erf_tails, whose error is 20x the float32 reference's (the port's
+    # Float32 erf is not NumPy's): past the factor, so no claim; lm_n1_argmax_1e3, whose one value
+    # fits in 16 bits (nothing there tells float32 apart: judge/diagnose.py, _float32_values).
     assert len(results) == 191 and len([r for r in results if r.status == "fail"]) >= 104
     assert len(named) >= 0.95 * len(failed), (len(named), len(failed))
     certified = "every error is within float32's rounding: the port's numbers pass this case's float32 judgement"
