@@ -43,6 +43,7 @@ def test_verify_reference_passes_and_writes_the_json_report(tmp_path: Path, caps
         "expected_shape",
         "actual_shape",
         "masked_query",  # the convention judged by; None: no query of these cases is fully masked
+        "localisation",  # where a composite case goes wrong (judge/localise.py); "" here: they pass
     }  # a case's reason and flags: once, in its "cases" entry (format 5)
     assert all(c["reason"] and c["flags"] for c in doc["cases"])
     assert {r["masked_query"] for r in doc["results"]} == {None}

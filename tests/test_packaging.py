@@ -127,7 +127,7 @@ def assert_verdicts(tool: InstalledTool, lang: str, good: str, bad: str, cwd: Pa
     failed = {c for c, s in statuses.items() if "fail" in s}
     assert {c for c in statuses if c.startswith("softmax_")} | MUST_PASS_UNSCALED <= passed
     assert MUST_FAIL_UNSCALED <= failed and passed | failed == set(statuses), statuses
-    assert "case 'sdpa_L2_d3', output 'weights'" in wrong.stdout
+    assert f"FAIL [{lang}] sdpa_L2_d3 weights: " in wrong.stdout  # --quiet: one line per failing output
 
 
 def test_installed_verify_judges_a_users_r_port(installed_tool: InstalledTool, user_dir: Path) -> None:

@@ -64,6 +64,9 @@ class OutputResult:
     flags: tuple[str, ...] = ()
     arrays: FailedArrays | None = field(default=None, repr=False, compare=False)
     masked_query: str | None = None  # the convention judged by, on a case flagged masked_query
+    # where in a composite operation the case goes wrong (attention_ports/judge/localise.py): the
+    # case's, on each of its outputs as ``reason`` is; "" when there is nothing to add
+    localisation: str = ""
 
     def as_json(self) -> dict[str, Any]:
         def num(x: float | None) -> float | str | None:
@@ -88,6 +91,7 @@ class OutputResult:
             "reason": self.reason,
             "flags": list(self.flags),
             "masked_query": self.masked_query,
+            "localisation": self.localisation,
         }
 
 
@@ -138,6 +142,10 @@ class CaseResult:
         return next((o.reason for o in self.outputs if o.reason), "")
 
     @property
+    def localisation(self) -> str:
+        return next((o.localisation for o in self.outputs if o.localisation), "")
+
+    @property
     def flags(self) -> tuple[str, ...]:
         return next((o.flags for o in self.outputs if o.flags), ())
 
@@ -154,6 +162,8 @@ class CaseResult:
     def message(self) -> str:
         # One line per distinct problem: a fixture error or a raised port is the same for every output.
         lines = list(dict.fromkeys(o.message for o in self.outputs if o.status != "pass" and o.message))
+        if self.status in FAILING and self.localisation:
+            lines.append(f"  localisation: {self.localisation}")
         if self.status in FAILING and self.reason:
             lines.append(case_note(self.reason, self.flags, diagnosed=any(o.diagnosis for o in self.outputs)))
         if self.repro and self.status in FAILING:

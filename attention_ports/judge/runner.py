@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from attention_ports.fixtures.store import Case, Expected, FixtureError, iter_entries, load_case
-from attention_ports.judge import diagnose
+from attention_ports.judge import diagnose, localise
 from attention_ports.judge.compare import compare
 from attention_ports.judge.results import (
     KEEP_ARRAYS_UP_TO,
@@ -132,6 +132,7 @@ def judge(impl_name: str, case: Case, impl: Implementation) -> list[OutputResult
     ]
     if convention is not None:
         _explain_convention(impl_name, case, convention, actual, results)
+    _localise(case, case.expected_for(convention), actual, impl, results)
     printed = output_section(impl.last_output)  # what a port printed helps read its wrong numbers
     if printed:
         for r in results:
@@ -173,12 +174,34 @@ def judge_output(
     view = impl.view(case.op, name) if hasattr(impl, "view") else None  # duck-typed implementations too
     res.message = cmp.describe(case.id, name, view)
     masked_query = convention or declared_convention(impl, case.op)
-    res.diagnosis = diagnose.explain(case, name, actual, view, masked_query, exp.array, exp.bound)
+    res.diagnosis = diagnose.explain(case, name, actual, view, masked_query, exp.array, exp.bound, returned)
     if res.diagnosis:
         res.message += f"\n  diagnosis: {res.diagnosis}"
     if max(exp.array.size, actual.size) <= KEEP_ARRAYS_UP_TO:
         res.arrays = FailedArrays(exp.array, np.asarray(actual, dtype=np.float64), exp.bound, view)
     return res
+
+
+def _localise(
+    case: Case,
+    judged: Mapping[str, Expected],
+    actual: Mapping[str, Any],
+    impl: Implementation,
+    results: list[OutputResult],
+) -> None:
+    """Where in a composite operation the case goes wrong (judge/localise.py), on each output."""
+    views = {r.output: impl.view(case.op, r.output) if hasattr(impl, "view") else None for r in results}
+    try:
+        line = localise.locate(
+            case.op,
+            {r.output: r.status for r in results},
+            {n: (e.array, e.bound, actual.get(n)) for n, e in judged.items()},
+            lambda output: views[output].name if views.get(output) is not None else output,  # type: ignore[union-attr]
+        )
+    except Exception:  # a hint must never cost a verdict
+        line = ""
+    for r in results:
+        r.localisation = line
 
 
 def declared_convention(impl: Implementation, op: str) -> str:

@@ -7,6 +7,8 @@ Version 5 (``REPORT_VERSION``). Changes from version 4:
 - ``meta.run_id`` (the run's identity, the same for every shard of one run) and
   ``meta.ports_sha256`` (each ``--port``'s files and their sha256), ``meta.selection`` (the
   ``--case`` globs of a catalogue or scale run; empty: every case);
+- a new per-output field ``localisation``: where a case of a composite operation goes wrong
+  (attention_ports/judge/localise.py; "" when there is nothing to add);
 - a shard's ``cases`` entries hold ``seconds`` (the case's wall time), so a merged JUnit keeps
   the times; an unsharded or merged report has none (a catalogue run's JSON stays byte for byte
   the same from run to run);
@@ -203,6 +205,7 @@ def case_results(doc: dict[str, Any], path: Path) -> list[CaseResult]:
                 reason=shared["reason"],
                 flags=tuple(shared["flags"]),
                 masked_query=o["masked_query"],
+                localisation=o["localisation"],
             )
         )
     out = []

@@ -83,6 +83,27 @@ def _reference_in_float32(
     return args, call_reference(op, args, opts)
 
 
+def reference_in_float32(op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
+    """The NumPy reference given float32 arrays, for any operation (a tier's or not), widened to
+    float64: what float32 arithmetic does on a case, which a diagnosis compares a port's error with
+    where no float32 bound is certified (attention_ports/judge/diagnose.py, the precision line)."""
+    if op == "sinusoidal_positions":  # no array input, so the reference computes it in float64
+        return {"table": _sinusoidal_in_float32(options).astype(np.float64)}
+    return _widened(_reference_in_float32(op, inputs, options)[1])
+
+
+def _sinusoidal_in_float32(options: Mapping[str, Any]) -> np.ndarray:
+    """The reference's sinusoidal table with every operation in float32 (the base converted first)."""
+    f32 = np.float32
+    n, d = int(options["n"]), int(options["d"])
+    base = f32(options.get("base") or 10000.0)
+    theta = f32(1) / np.power(base, np.arange(0, d, 2, dtype=f32) / f32(d))
+    angles = np.outer(np.arange(n, dtype=f32), theta)
+    table = np.empty((n, d), dtype=f32)
+    table[:, 0::2], table[:, 1::2] = np.sin(angles), np.cos(angles)
+    return table
+
+
 class Float32Reference(ReferenceImplementation):
     def run(self, op: str, inputs: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> Arrays:
         _tier_op(op, "reference")

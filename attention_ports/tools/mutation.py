@@ -442,6 +442,10 @@ class MutantResult:
     statuses: dict[str, str] = field(default_factory=dict)  # case id -> worst status over its outputs
     op_of: dict[str, str] = field(default_factory=dict)  # case id -> operation
     messages: dict[str, str] = field(default_factory=dict)  # case id -> first failure line
+    # case id -> (output, diagnosis) of each failing output that got one: what the kit's bugs are
+    # told (issue 26: a logic bug must never be told it is float32's rounding)
+    diagnoses: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    localisations: dict[str, str] = field(default_factory=dict)  # case id -> where it goes wrong
     seconds: float = 0.0
 
     @property
@@ -501,6 +505,8 @@ class MutantResult:
             "killing_cases": self.killing,
             "statuses": self.statuses,
             "messages": self.messages,
+            "diagnoses": {c: [list(d) for d in ds] for c, ds in self.diagnoses.items()},
+            "localisations": self.localisations,
             "seconds": round(self.seconds, 3),
         }
 
@@ -595,6 +601,11 @@ def _run_mutant(
         result.op_of[r.case] = r.op
         if r.status != "pass":
             result.messages[r.case] = next((o.message.splitlines()[0] for o in r.outputs if o.message), r.status)
+            said = [(o.output, o.diagnosis) for o in r.outputs if o.status != "pass" and o.diagnosis]
+            if said:
+                result.diagnoses[r.case] = said
+            if r.localisation:
+                result.localisations[r.case] = r.localisation
     result.seconds = time.perf_counter() - start
     return result
 

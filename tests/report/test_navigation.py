@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from attention_ports import cli
 from attention_ports.fixtures.store import REPO_FIXTURES, npy_bytes
@@ -43,7 +44,10 @@ def flipped_gradients(folder: Path) -> Path:
     return folder
 
 
-def test_quiet_says_one_line_per_failing_output_and_the_repro(tmp_path: Path, capsys) -> None:
+def test_quiet_says_one_line_per_failing_output_and_the_repro(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CI", raising=False)  # the verdict line below is the one without CI=true's rule
     folder = flipped_gradients(tmp_path / "fx")
     assert cli.main(["verify", "--impl", "reference", "--dir", str(folder), "--quiet"]) == 1
     lines = capsys.readouterr().out.splitlines()

@@ -1,6 +1,7 @@
 """The built-in implementations run in float32 (attention_ports/runtimes/precision.py, issue 17):
 each passes every applicable case of the float32 tier with float32-sized errors, and our Julia port
-run in float32 but judged at float64 fails with the precision diagnosis, never a logic bug's."""
+run in float32 but judged at float64 fails with the precision diagnosis, never a logic bug's (and
+says whether a certified float32 bound or a measurement backs it, issue 26)."""
 
 from __future__ import annotations
 
@@ -38,22 +39,26 @@ def test_our_julia_port_in_float32_fails_at_float64_with_the_precision_diagnosis
         impl.close()
     failed = [o for r in results for o in r.outputs if o.status == "fail"]
     named = [o for o in failed if o.diagnosis]
-    # Measured (this machine's default BLAS kernel): softmax and SDPA fail 39 of 43 cases, 58 of
-    # their 67 failing outputs get the precision line (56 of 65 before our port's default scale was
-    # computed in q's type, when its Float32 scores were promoted to Float64; 55 of 65 then under
-    # OPENBLAS_CORETYPE=Sandybridge, where Julia's Float32 products round differently); the other
-    # five operations fail 59 of 60 cases, 390 of 410 failing outputs named. No logic bug is named
-    # anywhere. The unnamed ones are at
-    # scores of 1e2-1e4 (large logits, underflow): there the port's own rounding of the float64
-    # inputs to float32 moves the logits by u32 |S|, which no float64 bound scaled to float32
-    # contains (judge/diagnose.py, _float32_sized). So: most, on every kernel. The position
-    # operations fail 9 of 12 cases, every output named (the sinusoidal tables at the default base
-    # pass: with no array input the port computes them in Float64). lm_loss fails 7 of 8 cases, each
-    # named (the eighth, every position ignored, is NaN in any precision).
+    # Measured (issue 26's rule, judge/diagnose.py, _check_precision): 821 of 824 failing outputs of
+    # 191 cases get the precision line, and no logic bug is named anywhere (issue 17's rule: 784).
+    # 550 are on cases the float32 tier certifies, whose float32 judgement the port's numbers pass
+    # (every one of them); the other 271 (gpt_train, not in the tier; the cases the tier leaves out)
+    # get the line that says it measured: the port errs as much as the NumPy reference run in
+    # float32, within 16x either way (0.14x to 10x here). Not named: ln_cancellation_eps0, whose
+    # float32 error is value-sized (past 2^-8 of the output: past float32's first-order regime, and
+    # left out of the tier); gelu_erf_tails, whose error is 20x the float32 reference's (the port's
+    # Float32 erf is not NumPy's): past the factor, so no claim; lm_n1_argmax_1e3, whose one value
+    # fits in 16 bits (nothing there tells float32 apart: judge/diagnose.py, _float32_values).
     assert len(results) == 191 and len([r for r in results if r.status == "fail"]) >= 104
-    assert len(named) >= 0.8 * len(failed), (len(named), len(failed))
-    assert all(o.diagnosis.startswith("every error is within float32's rounding") for o in named)
+    assert len(named) >= 0.95 * len(failed), (len(named), len(failed))
+    certified = "every error is within float32's rounding: the port's numbers pass this case's float32 judgement"
+    measured = "the errors are the size of float32's rounding: the NumPy reference run in float32 errs as much here"
+    assert all(o.diagnosis.startswith((certified, measured)) for o in named)
     assert all('precision = "float32"' in o.diagnosis for o in named)
+    ops = {r.case: r.op for r in results}
+    trained = [o for o in named if ops[o.case] == "gpt_train"]
+    assert trained and all(o.diagnosis.startswith(measured) for o in trained)  # no float32 bound there
+    assert sum(o.diagnosis.startswith(certified) for o in named) >= 0.6 * len(named)
 
 
 # --- the mixed tiers and float16 (issue 17) ---------------------------------------------------
