@@ -154,8 +154,9 @@ class Report:
         """The run's verdict, the exit status's: nothing failing, and under CI every implementation
         passed something (on a whole run), and no regression gate failed. Cases that did not run
         (``missing``, ``unavailable``) do not make it false (except ``missing`` under --strict);
-        :attr:`complete` says whether everything ran."""
-        return not self.failures and not self.ci_refused() and not self.gate_failures
+        :attr:`complete` says whether everything ran. An interrupted run is never ok: the cases it
+        did not reach were never judged (its exit status is the signal's)."""
+        return not self.failures and not self.ci_refused() and not self.gate_failures and not self.interrupted
 
     @property
     def complete(self) -> bool:
@@ -235,6 +236,7 @@ class Report:
         operations unjudged ``PASS for the N judged ...; not judged at float32: gpt_train (...)``
         (``NOTHING RAN: 0 of N; ...`` when no case was judged; under CI=true, where that fails,
         ``FAIL: NOTHING RAN: 0 of N ...; r passed zero cases (CI=true: ...)``);
+        an interrupted run ``INTERRUPTED: P of N ... pass[, F fail]; ...`` (never PASS);
         otherwise ``FAIL: ...`` with the failures, the implementations that passed nothing under
         CI, and what did not run. N counts implementation x case results (cases, with one
         implementation).
@@ -259,6 +261,10 @@ class Report:
         why_ci = " (CI=true: a run must prove its cases ran)"
         if self.complete:
             return f"PASS: all {n} {unit} agree with the truth"
+        if self.interrupted:  # never PASS (nor NOTHING RAN, which a finished run says): what ran, and the stop
+            failed_now = sum(r.status in FAILING and not self.is_known(r) for r in self.results)
+            fails = f", {failed_now} fail" if failed_now else ""
+            return f"INTERRUPTED: {passed} of {n} {unit} pass{fails}{rest}"
         if self.ok and not passed and not known:  # nothing failed because nothing ran: no PASS at all
             return f"NOTHING RAN: 0 of {n} {unit}{rest}"
         if self.ok:
