@@ -184,7 +184,7 @@ def test_a_float32_skeleton_with_softmax_filled_in_passes_the_float32_tiers_soft
     text = path.read_text()
     declaration = 'const attention_ports = (operations = String[], precision = "float32")'
     assert text.count(declaration) == 1 and "Float64 throughout" not in text
-    assert "T(o.beta)" in text  # adamw_step's note on how the tier gives its betas
+    assert "T.(o.beta)" in text  # adamw_step's note on how the tier gives its betas
     stub = '    error("softmax is not written yet")'
     assert text.count(stub) == 1
     declared = 'const attention_ports = (operations = ["softmax"], precision = "float32")'
