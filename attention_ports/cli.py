@@ -307,6 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("init", help="write a port skeleton with every contract operation as a stub")
     i.add_argument("language", choices=[*skeleton.LANGUAGES, "c"])
     i.add_argument("path", type=Path, help="the new file (.R for r, .jl for julia); never overwritten")
+    i.add_argument(
+        "--precision",
+        default="float64",
+        help='julia only: "float32" writes a Float32-ready skeleton declaring precision = "float32" (default float64)',
+    )
 
     b = sub.add_parser(
         "bench",
@@ -631,6 +636,15 @@ def cmd_mutation(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    if args.language == "c":
+        if args.precision != "float64":  # the C kit's skeleton is one file of doubles
+            print(f"attention-ports init: --precision {args.precision} is for julia, not c", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return skeleton_c.main(args.path)
+    return skeleton.main(args.language, args.path, args.precision)
+
+
 def cmd_check_port(args: argparse.Namespace) -> int:
     from attention_ports.runtimes.command import check
 
@@ -656,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
         "mutation": cmd_mutation,
         "doctor": lambda a: doctor.main(a.need),
         "setup": lambda a: installers.main(a.runtime),
-        "init": lambda a: skeleton_c.main(a.path) if a.language == "c" else skeleton.main(a.language, a.path),
+        "init": cmd_init,
         "check-port": cmd_check_port,
     }
     try:

@@ -386,7 +386,7 @@ def _float32_tier_case(case: Case) -> tuple[Case | None, str]:
         same = rounded.keys() == tier_case.inputs.keys() and all(
             np.array_equal(rounded[k], tier_case.inputs[k]) for k in rounded
         )
-        if same and round_options(case.options, FLOAT32) == tier_case.options:
+        if same and round_options(case.op, case.options, FLOAT32) == tier_case.options:
             found, why = tier_case, ""
         else:
             why = "the float32 tier's case of that name has other inputs"

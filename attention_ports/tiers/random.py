@@ -99,7 +99,7 @@ def make_case(drawn: Drawn, fmt: Format | None = None) -> Case:
     reason = tier.out_of_range(drawn.op, drawn.options, drawn.inputs, fmt)
     if reason:
         raise NotApplicable(reason)
-    rounded = Drawn(drawn.op, tier.round_inputs(drawn.inputs, fmt), tier.round_options(drawn.options, fmt))
+    rounded = Drawn(drawn.op, tier.round_inputs(drawn.inputs, fmt), tier.round_options(drawn.op, drawn.options, fmt))
     with rules(fmt):
         try:
             case = _make_case(rounded)

@@ -181,7 +181,7 @@ def in_format(case: CaseSpec, fmt: str = precision.DEFAULT) -> tuple[CaseSpec, d
     from attention_ports.fixtures.precision import round_inputs, round_options
 
     f = precision.FORMATS[fmt]
-    return replace(case, options=round_options(case.options, f)), round_inputs(inputs, f)
+    return replace(case, options=round_options(case.op, case.options, f)), round_inputs(inputs, f)
 
 
 def exact_truth(case: CaseSpec, inputs: Mapping[str, np.ndarray], rows: list[int]) -> Truth:

@@ -1,5 +1,9 @@
 """``attention-ports init r|julia PATH``: a port skeleton with every contract operation.
 
+``init julia --precision float32``: the same skeleton, Float32-ready (the declaration says
+``precision = "float32"``; the header's recipes keep constants in the element type T; adamw_step's
+note says how its betas arrive): :data:`_FLOAT32_EDITS`, :data:`FLOAT32_NOTES`.
+
 Names, argument order, defaults and returned names come from :mod:`attention_ports.spec.ops` (the table
 the adapters call ports with), so a skeleton cannot drift from the contract. The shapes written at
 each argument come from :data:`SHAPES` below, in the reference layout, which is R's; Julia's is
@@ -446,15 +450,76 @@ const attention_ports = (operations = String[],)
 """
 
 
-def render(lang: str, path_hint: str = "PATH") -> str:
-    """The skeleton's text for ``lang`` ("r" or "julia")."""
+# `init julia --precision float32`: the Julia header's Float64 statements and literals, each edited
+# to its Float32 form (a Float64 literal or default promotes a Float32 computation to Float64:
+# `0.5 * x` is a Float64 array for a Float32 x). Each edit must apply exactly once (julia_header).
+_FLOAT32_EDITS: tuple[tuple[str, str], ...] = (
+    (
+        "num_heads. Float64 throughout;\n# the standard library only (Julia 1.5 to 1.11).",
+        "num_heads. The standard\n# library only (Julia 1.5 to 1.11).\n#\n"
+        '# Float32 (precision = "float32", declared below): the suite sends every real array and real\n'
+        "# option as Float32 and judges the port on the float32 tier, with float32's bounds\n"
+        "# (ports/CONTRACT.md, the port declaration). Write each function over the element type,\n"
+        "#     function softmax(x::AbstractMatrix{T}) where {T<:AbstractFloat}\n"
+        "# and keep every constant in T: a Float64 literal or default promotes the computation to Float64\n"
+        "# (0.5 .* x is Float64 for a Float32 x). Write T(0.5), one(T), zero(T), 1f-5, inv(sqrt(T(d))),\n"
+        "# and an absent option's default in T too: eps === nothing ? T(1e-5) : eps.",
+    ),
+    (
+        "#     s = scale === nothing ? 1 / sqrt(size(q, 1)) : scale",
+        "#     s = scale === nothing ? inv(sqrt(T(size(q, 1)))) : T(scale)",
+    ),
+    ("the suite passes an additive Float64 n_k x n_q matrix", "the suite passes an additive Float32 n_k x n_q matrix"),
+    ("ifelse.(keep, 0.0, -Inf)", "ifelse.(keep, zero(T), T(-Inf))"),
+    ("ifelse.(masked, -Inf, 0.0)", "ifelse.(masked, T(-Inf), zero(T))"),
+    ("[i <= j ? 0.0 : -Inf for", "[i <= j ? zero(T) : T(-Inf) for"),
+    (
+        '#   const attention_ports = (operations = ["softmax", "scaled_dot_product_attention"],)',
+        '#   const attention_ports = (operations = ["softmax", "scaled_dot_product_attention"], precision = "float32")',
+    ),
+    (
+        "const attention_ports = (operations = String[],)",
+        'const attention_ports = (operations = String[], precision = "float32")',
+    ),
+)
+PRECISIONS = ("float64", "float32")  # what `init julia --precision` writes (R has only double)
+
+#: What an operation's author needs to know at float32, below its note (`init julia --precision float32`).
+FLOAT32_NOTES: dict[str, str] = {
+    "adamw_step": (
+        "Float32: the float32 tier passes lr, beta1, beta2, eps and weight_decay always, each a Float32\n"
+        "(the defaults too: beta2 = Float32(0.999)), and 1 - beta of a Float32 beta >= 1/2 is exact: converting\n"
+        "the betas to T first (Optimisers.jl's T.(o.beta), beta^t a running product in T) or forming 1 - beta\n"
+        "and the bias corrections in Float64 and converting (torch) both pass (docs/truth-and-bounds.md,\n"
+        '"Optimizer: adamw_step").'
+    ),
+}
+
+
+def julia_header(precision: str) -> str:
+    """The Julia skeleton's header at ``precision`` (one of :data:`PRECISIONS`)."""
+    if precision == "float64":
+        return _JULIA_HEADER
+    text = _JULIA_HEADER
+    for old, new in _FLOAT32_EDITS:
+        if text.count(old) != 1:  # the header changed under an edit: fix the edit, never skip it
+            raise AssertionError(f"skeleton: the Float32 edit of {old!r} matches {text.count(old)} times")
+        text = text.replace(old, new)
+    return text
+
+
+def render(lang: str, path_hint: str = "PATH", precision: str = "float64") -> str:
+    """The skeleton's text for ``lang`` ("r" or "julia"), at ``precision`` (float32: Julia's only)."""
     if lang not in LANGUAGES:
         raise ValueError(f"init takes one of {', '.join(LANGUAGES)}, not {lang!r}")
-    blocks = [(_R_HEADER if lang == "r" else _JULIA_HEADER).replace("{path}", path_hint)]
+    check_precision(lang, precision)
+    blocks = [(_R_HEADER if lang == "r" else julia_header(precision)).replace("{path}", path_hint)]
     for spec in ops.OPS.values():
         sig = signature(spec, lang)
         lines = [f"# {spec.name}({sig})"]
         lines += [f"# {line}" for line in NOTES[spec.name].splitlines()]
+        if precision == "float32" and spec.name in FLOAT32_NOTES:
+            lines += [f"# {line}" for line in FLOAT32_NOTES[spec.name].splitlines()]
         lines += [*_argument_lines(spec, lang), *_returns(spec, lang)]
         if lang == "r":
             lines += [
@@ -469,16 +534,28 @@ def render(lang: str, path_hint: str = "PATH") -> str:
 
 
 class InitError(Exception):
-    """A skeleton cannot be written (bad language or file name, an existing file)."""
+    """A skeleton cannot be written (bad language, precision or file name, an existing file)."""
 
 
-def write(lang: str, path: Path) -> Path:
+def check_precision(lang: str, precision: str) -> None:
+    """Refuse a precision ``lang``'s skeleton cannot be written in (R computes in double only)."""
+    if precision not in PRECISIONS:
+        raise InitError(f"--precision {precision}: init writes {' or '.join(PRECISIONS)}")
+    if precision != "float64" and lang != "julia":
+        raise InitError(
+            f"--precision {precision}: R computes in double only (a port declaring float32 gets a load error); "
+            "a float32 skeleton is for julia: attention-ports init julia --precision float32 PATH.jl"
+        )
+
+
+def write(lang: str, path: Path, precision: str = "float64") -> Path:
     """Write the skeleton to ``path``; never overwrite a file, never leave half a file behind."""
     if lang not in LANGUAGES:
         raise InitError(f"init takes one of {', '.join(LANGUAGES)}, not {lang!r}")
+    check_precision(lang, precision)
     if path.suffix not in EXTENSIONS[lang]:
         raise InitError(f"{path}: a {lang} port file must end in {' or '.join(EXTENSIONS[lang])}")
-    return atomic_create(path, render(lang, str(path)))
+    return atomic_create(path, render(lang, str(path), precision))
 
 
 def atomic_create(path: Path, text: str) -> Path:
@@ -501,12 +578,13 @@ def atomic_create(path: Path, text: str) -> Path:
     return path
 
 
-def main(lang: str, path: Path) -> int:
+def main(lang: str, path: Path, precision: str = "float64") -> int:
     try:
-        written = write(lang, path)
+        written = write(lang, path, precision)
     except InitError as exc:
         print(f"attention-ports init: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {written}: every contract operation as a stub, none listed in attention_ports yet")
+    declared = ', declared precision = "float32"' if precision == "float32" else ""
+    print(f"wrote {written}: every contract operation as a stub, none listed in attention_ports yet{declared}")
     print(f"next: fill one in, add its name to attention_ports, run: attention-ports verify --port {lang}={written}")
     return 0

@@ -18,6 +18,7 @@ import pytest
 from attention_ports import cli
 from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries
 from attention_ports.spec import ops
+from attention_ports.spec.precision import fixtures_dir
 from attention_ports.tools import skeleton
 from tests.conftest import require
 
@@ -36,8 +37,8 @@ EMPTY_DECLARATION = {
 FILE = {"r": "my_port.R", "julia": "MyPort.jl"}
 
 
-def _n_cases(op: str | None = None) -> int:
-    return sum(op is None or e["op"] == op for e in iter_entries(REPO_FIXTURES))
+def _n_cases(op: str | None = None, fixtures: Path = REPO_FIXTURES) -> int:
+    return sum(op is None or e["op"] == op for e in iter_entries(fixtures))
 
 
 def test_every_array_and_option_of_every_operation_has_a_documented_shape() -> None:
@@ -172,6 +173,38 @@ def test_a_skeleton_with_softmax_filled_in_passes_softmax(lang: str, tmp_path: P
     n_softmax = _n_cases("softmax")
     assert f"{lang}: {_n_cases() - n_softmax} missing, {n_softmax} pass" in out, out
     assert code == 0
+
+
+def test_a_float32_skeleton_with_softmax_filled_in_passes_the_float32_tiers_softmax(tmp_path: Path, capsys) -> None:
+    """`init julia --precision float32` (issue 26): the declaration says float32, so verify judges it
+    on the float32 tier; the generic softmax of the recipe passes every softmax case there."""
+    path = tmp_path / FILE["julia"]
+    assert cli.main(["init", "julia", "--precision", "float32", str(path)]) == 0
+    assert 'declared precision = "float32"' in capsys.readouterr().out
+    text = path.read_text()
+    declaration = 'const attention_ports = (operations = String[], precision = "float32")'
+    assert text.count(declaration) == 1 and "Float64 throughout" not in text
+    assert "T.(o.beta)" in text  # adamw_step's note on how the tier gives its betas
+    stub = '    error("softmax is not written yet")'
+    assert text.count(stub) == 1
+    declared = 'const attention_ports = (operations = ["softmax"], precision = "float32")'
+    path.write_text(text.replace(stub, SOFTMAX_BODY["julia"]).replace(declaration, declared))
+    code = cli.main(["verify", "--quiet", "--port", f"julia={path}"])
+    out = capsys.readouterr().out
+    tier = fixtures_dir("float32")
+    n_softmax = _n_cases("softmax", tier)
+    assert n_softmax > _n_cases("softmax")  # the tier's own stability cases are judged too
+    assert f"julia: {_n_cases(None, tier) - n_softmax} missing, {n_softmax} pass" in out, out
+    assert code == 0
+
+
+@pytest.mark.parametrize("lang", ["r", "c"])
+def test_init_refuses_a_float32_skeleton_but_for_julia(lang: str, tmp_path: Path, capsys) -> None:
+    path = tmp_path / ("port.R" if lang == "r" else "port.c")
+    assert cli.main(["init", lang, "--precision", "float32", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert ("R computes in double only" if lang == "r" else "is for julia, not c") in err, err
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
