@@ -67,8 +67,10 @@ Nothing here changes a verdict; an exception inside a check only drops that chec
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import math
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -635,21 +637,39 @@ def _mha_scaled(inputs: Mapping[str, np.ndarray], options: Mapping[str, Any], sc
     return {"output": out, "weights": np.stack(weights)}
 
 
-# Recomputations are shared by a case's outputs (self-attention has five): a few cases' worth.
-_RERUNS: OrderedDict[tuple[int, str], tuple[Case, dict[str, np.ndarray] | None]] = OrderedDict()
+# Recomputations are shared by a case's outputs (self-attention has five) and by every port that
+# fails the same case (the mutation kit runs ~250 ports over the same fixtures, and each model-level
+# hypothesis re-runs a whole GPT training step): keyed by what the recomputation reads, the case's
+# id, operation, options and the bytes of its inputs, never by the object, which each run loads
+# anew. Bounded: at most _MAX_RERUNS results (a few MB), the oldest dropped first.
+_RERUNS: OrderedDict[tuple[str, str], dict[str, np.ndarray] | None] = OrderedDict()
+_RERUNS_LOCK = threading.Lock()  # implementations are judged in threads of their own
+_MAX_RERUNS = 2048
+
+
+def _case_key(case: Case) -> str:
+    h = hashlib.sha256(f"{case.id}|{case.op}|{sorted(case.options.items())!r}".encode())
+    for name in sorted(case.inputs):
+        a = np.ascontiguousarray(case.inputs[name])
+        h.update(f"|{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def _rerun(case: Case, key: str, run: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray] | None:
-    hit = _RERUNS.get((id(case), key))
-    if hit is not None and hit[0] is case:
-        return hit[1]
+    full = (_case_key(case), key)
+    with _RERUNS_LOCK:
+        if full in _RERUNS:
+            _RERUNS.move_to_end(full)
+            return _RERUNS[full]
     try:
         result: dict[str, np.ndarray] | None = run()
     except Exception:  # the mistake cannot be recomputed (e.g. a +inf score): no hint from it
         result = None
-    _RERUNS[(id(case), key)] = (case, result)
-    while len(_RERUNS) > 64:
-        _RERUNS.popitem(last=False)
+    with _RERUNS_LOCK:
+        _RERUNS[full] = result
+        while len(_RERUNS) > _MAX_RERUNS:
+            _RERUNS.popitem(last=False)
     return result
 
 

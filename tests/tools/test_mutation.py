@@ -182,8 +182,20 @@ def test_reachability_follows_the_call_graph(mutants: list[mutation.Mutant], mut
     assert mutation.reachable_ops(m) == reaches
 
 
+# The kits' results, once per process: a module fixture can be set up twice in one xdist worker
+# (measured: the float64 kit ran twice in one `make test`, ~160 s each, when the worker tore the
+# module down between two of its tests), and the kit is the suite's costliest fixture.
+_KITS: dict[str, dict[str, mutation.MutantResult]] = {}
+
+
 @pytest.fixture(scope="module")
 def kit(mutants: list[mutation.Mutant]) -> dict[str, mutation.MutantResult]:
+    if "float64" not in _KITS:
+        _KITS["float64"] = _run_kit(mutants)
+    return _KITS["float64"]
+
+
+def _run_kit(mutants: list[mutation.Mutant]) -> dict[str, mutation.MutantResult]:
     available = []
     for lang in mutation.LANGS:
         try:
@@ -368,7 +380,13 @@ def test_the_docs_state_the_kit_as_it_is(mutants: list[mutation.Mutant]) -> None
 @pytest.fixture(scope="module")
 def kit32(mutants: list[mutation.Mutant]) -> dict[str, mutation.MutantResult]:
     """The Julia mutants that reach softmax or SDPA, the mutated port run in Float32 on the float32
-    tier (docs/precision.md, "Catch power per precision"); its wall time is printed."""
+    tier (docs/precision.md, "Catch power per precision"); its wall time is printed. Once per process."""
+    if "float32" not in _KITS:
+        _KITS["float32"] = _run_kit32(mutants)
+    return _KITS["float32"]
+
+
+def _run_kit32(mutants: list[mutation.Mutant]) -> dict[str, mutation.MutantResult]:
     try:
         registry.create("julia").close()
     except ImplementationUnavailable as exc:
