@@ -342,6 +342,9 @@ class CaseCounter:
         for impl, ids in (getattr(node, "workeroutput", None) or {}).get(self.WORKER_KEY, {}).items():
             self.deselected.setdefault(impl, set()).update(ids)
 
+    # tryfirst: pytest-xdist reads the xdist_group marks in its own collection hook, which, registered
+    # later, would otherwise run before this one and see none
+    @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items) -> None:
         grouped = config.pluginmanager.hasplugin("xdist")
         for item in items:

@@ -44,6 +44,7 @@ SHARED_MODULE_FIXTURES = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own hook, registered later, runs first)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Under `pytest -n auto --dist loadgroup` (make test), the tests sharing the installed wheel run
     # on one worker, so it is built and installed once (~15 s), not once per worker; so do the

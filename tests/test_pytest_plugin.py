@@ -130,6 +130,19 @@ def test_under_xdist_the_zero_pass_rule_is_decided_on_the_controller(tmp_path: P
     assert "which ran 1 of its 3 selected cases" in group.stdout and "refusing" not in group.stdout
 
 
+def test_under_xdist_loadgroup_one_worker_runs_all_of_an_implementations_cases(tmp_path: Path) -> None:
+    # The plugin groups an implementation's cases (its R or Julia worker starts once per session);
+    # so does this repository's conftest for its costly module fixtures. Both break silently if the
+    # marks come after pytest-xdist read them, or if xdist cannot rewrite a node id (pytest 9.2).
+    proc = run_pytest(
+        tmp_path, *CONFORMANCE, "-n", "2", "--dist", "loadgroup", "--impl", "reference", "--case", "seed00*", "-v"
+    )
+    assert proc.returncode == 0, _out(proc)
+    passed = [line.split() for line in proc.stdout.splitlines() if " PASSED " in line]
+    assert len(passed) == 6 and len({words[0] for words in passed}) == 1, _out(proc)  # one worker: [gw0] or [gw1]
+    assert all(words[-1].endswith("]@impl-reference") for words in passed), _out(proc)
+
+
 def test_the_contracts_pytest_command_runs_the_fixture_cases(tmp_path: Path) -> None:
     """ports/CONTRACT.md's own pytest line, as a user pastes it (their port's path put in)."""
     from tests.faults.conftest import check_runtime
