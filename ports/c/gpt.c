@@ -7,8 +7,8 @@
  * (ports/CONTRACT.md) are thin wrappers that read their arguments, run these kernels and write
  * their outputs. Row-major and 0-based, as the reference holds arrays.
  *
- *     cc -std=c99 -O2 -I../kits/c -o gpt gpt.c -lm                      (float64: port.toml)
- *     cc -std=c99 -O2 -I../kits/c -DAP_REAL=float -o gpt32 gpt.c -lm    (float32: port32.toml)
+ *     cc -std=c99 -O1 -I../kits/c -o gpt gpt.c -lm                      (float64: port.toml)
+ *     cc -std=c99 -O1 -I../kits/c -DAP_REAL=float -o gpt32 gpt.c -lm    (float32: port32.toml)
  *
  * `real` is the arithmetic of the whole port: double, or float with -DAP_REAL=float (the port then
  * declares precision "float32" and is sent float32 arrays). The transcendental functions (exp, log,
