@@ -4,27 +4,33 @@ weights of one key, 1 x 1 x 1), check-port finds nothing wrong with it, a failur
 Octave's layout and 1-based indices, ``init octave`` writes a skeleton that verifies, and setup,
 doctor and the tests' installer know Octave.
 
-Cheap: Octave starts in ~0.3 s and each test starts it a few times; skipped without octave-cli,
-failed under CI=true (scripts/install_kits.sh installs it for the tests).
+Cheap: Octave starts in ~0.3 s and each test starts it a few times (~1 s a test); the CI example's
+test runs its steps with the installed wheel (the installed-tool group's, built once for the
+packaging tests), ~11 s. Skipped without octave-cli, failed under CI=true (scripts/install_kits.sh
+installs it for the tests).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from attention_ports import cli
 from attention_ports.core import paths
-from attention_ports.fixtures.store import REPO_FIXTURES
+from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries
 from attention_ports.judge.runner import run_suite
 from attention_ports.runtimes.command import check
 from tests.conftest import require
 from tests.runtimes.command.test_command import N_CASES, THREE_OPS
+from tests.wheel_env import ROOT, InstalledTool
 
 KIT = paths.PORTS / "kits" / "octave"
 PORT = KIT / "example" / "port.toml"
+CI_EXAMPLE = ROOT / "examples" / "ci" / "octave-port.yml"
 
 
 def need_octave() -> None:
@@ -120,3 +126,50 @@ def test_octave_is_known_to_setup_doctor_and_the_tests_installer() -> None:
         assert found.detail.startswith("GNU Octave "), found.detail
     kits = (paths.SCRIPTS / "install_kits.sh").read_text()  # the tests' set-up (scripts/setup.sh)
     assert "need+=(octave)" in kits
+
+
+def test_the_octave_ci_example_passes_a_port_made_with_the_installed_tools_init(
+    installed_tool: InstalledTool, user_dir: Path
+) -> None:
+    """examples/ci/octave-port.yml's run: steps as they are, in order, as GitHub runs them (CI=true,
+    bash -eo pipefail), in a team's repository made with the installed wheel's `init octave`
+    (the manifest and the kit's copy) holding the walkthrough's three operations."""
+    need_octave()
+    doc = yaml.safe_load(CI_EXAMPLE.read_text())
+    (job,) = doc["jobs"].values()
+    steps = job["steps"]
+    assert {s["uses"].split("@")[0] for s in steps if "uses" in s} == {
+        "actions/checkout",
+        "actions/setup-python",
+        "actions/upload-artifact",
+    }
+    made = installed_tool.run(["attention-ports", "init", "octave", "my_port.m"], user_dir)
+    assert made.returncode == 0, made.stderr
+    walkthrough = (KIT / "example" / "port.m").read_text()
+    kit_folder = 'addpath (fileparts (fileparts (mfilename ("fullpath"))));'
+    assert kit_folder in walkthrough
+    (user_dir / "my_port.m").write_text(
+        walkthrough.replace(kit_folder, 'addpath (fileparts (mfilename ("fullpath")));')
+    )
+    summary = user_dir / "step_summary.md"
+    env = {
+        **{k: str(v) for k, v in doc["env"].items()},
+        "ATTENTION_PORTS_PIP": str(installed_tool.wheel),
+        "CI": "true",
+        "GITHUB_STEP_SUMMARY": str(summary),
+    }
+    said = {}
+    for step in (s for s in steps if "run" in s):
+        assert "${{" not in step["run"], step
+        bash = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]]
+        proc = installed_tool.run(bash, user_dir, **env)
+        said[step["name"]] = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"step {step['name']!r} failed:\n{said[step['name']]}"
+    assert "everything required is present" in said["Show what is available"]
+    assert "the port speaks the protocol" in said["Check the port's protocol handling"]
+    report = json.loads((user_dir / "reports" / "attention-ports.json").read_text())
+    n = sum(1 for _ in iter_entries(REPO_FIXTURES))
+    assert report["summary"]["implementations"] == {"octave": {"pass": N_CASES, "missing": n - N_CASES}}
+    assert (user_dir / "reports" / "attention-ports.xml").is_file()
+    assert (user_dir / "reports" / "attention-ports.html").is_file()
+    assert "PASS" in summary.read_text()
