@@ -48,7 +48,7 @@ from attention_ports.runtimes import reaper, registry, supervisor
 from attention_ports.spec import ops
 from attention_ports.spec import precision as formats
 from attention_ports.spec.catalogue import CatalogueError
-from attention_ports.tools import doctor, installers, skeleton, skeleton_c
+from attention_ports.tools import doctor, installers, skeleton, skeleton_c, skeleton_octave
 from attention_ports.tools.mutation import MutantError
 
 DEFAULT_IMPLS = list(registry.IMPLEMENTATIONS)
@@ -290,7 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="require only these (repeatable; default: all); the others are not probed",
     )
 
-    s = sub.add_parser("setup", help="install a runtime with the packaged installer (R + rpy2, or Julia)")
+    s = sub.add_parser(
+        "setup", help="install a runtime with the packaged installer (R + rpy2, Julia, a C compiler, Octave)"
+    )
     s.add_argument("runtime", choices=installers.RUNTIMES)
 
     cp = sub.add_parser(
@@ -305,8 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--timeout", type=seconds, default=10.0, help="seconds the port has for each probe (default 10)")
 
     i = sub.add_parser("init", help="write a port skeleton with every contract operation as a stub")
-    i.add_argument("language", choices=[*skeleton.LANGUAGES, "c"])
-    i.add_argument("path", type=Path, help="the new file (.R for r, .jl for julia); never overwritten")
+    i.add_argument("language", choices=[*skeleton.LANGUAGES, "c", "octave"])
+    i.add_argument(
+        "path", type=Path, help="the new file (.R for r, .jl for julia, .c for c, .m for octave); never overwritten"
+    )
     i.add_argument(
         "--precision",
         default="float64",
@@ -642,6 +646,11 @@ def cmd_init(args: argparse.Namespace) -> int:
             print(f"attention-ports init: --precision {args.precision} is for julia, not c", file=sys.stderr)
             return EXIT_BAD_INPUT
         return skeleton_c.main(args.path)
+    if args.language == "octave":
+        if args.precision != "float64":  # the walkthrough's doubles; a float32 port declares it itself
+            print(f"attention-ports init: --precision {args.precision} is for julia, not octave", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return skeleton_octave.main(args.path)
     return skeleton.main(args.language, args.path, args.precision)
 
 

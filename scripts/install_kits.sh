@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The port kits' toolchains, for the tests (tests/runtimes/command: the C, Rust and JavaScript kits'
-# walkthrough ports are compiled and run for real): a C and a C++ compiler, rustc and node. A tool
+# The port kits' toolchains, for the tests (tests/runtimes/command: the C, Rust, JavaScript and Octave
+# kits' walkthrough ports are compiled and run for real): a C and a C++ compiler, rustc, node and
+# Octave (Debian's octave without its recommends, as scripts/install_octave.sh installs it). A tool
 # already on PATH is used as it is; the missing ones come from Debian's packages (as root, or
 # through password-less sudo). Never part of verify's set-up (scripts/setup_verify.sh): a user's
 # first command needs none of them. Idempotent.
@@ -11,8 +12,9 @@ command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v rustc >/dev/null 2>&1 || need+=(rustc)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v octave-cli >/dev/null 2>&1 || command -v octave >/dev/null 2>&1 || need+=(octave)
 if [ "${#need[@]}" -eq 0 ]; then
-    echo "install_kits.sh: cc, c++, rustc and node are there"
+    echo "install_kits.sh: cc, c++, rustc, node and octave are there"
     exit 0
 fi
 AS_ROOT=()

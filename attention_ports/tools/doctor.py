@@ -21,9 +21,9 @@ from importlib.util import find_spec
 from attention_ports.core import paths
 
 #: What ``--need`` may name; every check belongs to one of these or to "core" (always needed).
-NEEDS = ("torch", "r", "julia", "c")
-# A bare `doctor` asks for what `verify` runs by default; a kit's toolchain (the C compiler) only
-# with --need: a machine that runs no C port needs no compiler.
+NEEDS = ("torch", "r", "julia", "c", "octave")
+# A bare `doctor` asks for what `verify` runs by default; a kit's toolchain (the C compiler, Octave)
+# only with --need: a machine that runs no C port needs no compiler.
 DEFAULT_NEEDS = ("torch", "r", "julia")
 PROBE_TIMEOUT_S = 120  # a first Julia start on a cold disk can take a while
 
@@ -126,6 +126,22 @@ def check_c() -> Check:
     ok, said = _probe([cc, "--version"])
     first = said.splitlines()[0] if said else ""
     return Check("C compiler", ok, f"{first} ({cc})" if ok else said, need="c", fix="attention-ports setup c")
+
+
+def find_octave() -> str | None:
+    """The Octave a kit port's manifest runs: ``octave-cli`` (no GUI libraries loaded), else ``octave``."""
+    return shutil.which("octave-cli") or shutil.which("octave")
+
+
+def check_octave() -> Check:
+    """GNU Octave for ports on the Octave kit (ports/kits/octave/attention_port.m); started and asked
+    its version, the way a port's manifest starts it."""
+    fix = "attention-ports setup octave"
+    octave = find_octave()
+    if octave is None:
+        return Check("Octave", False, "no octave-cli or octave on PATH", need="octave", fix=fix)
+    ok, said = _probe([octave, "--norc", "--quiet", "--no-history", "--eval", "printf('GNU Octave %s\\n', version())"])
+    return Check("Octave", ok, f"{said} ({octave})" if ok else said, need="octave", fix=fix)
 
 
 def check_r() -> tuple[Check, Check]:
@@ -242,13 +258,14 @@ def run_checks(needs: Iterable[str] = NEEDS) -> list[Check]:
         "r": check_r,
         "julia": check_julia,
         "c": check_c,
+        "octave": check_octave,
     }
     with ThreadPoolExecutor(max_workers=len(NEEDS)) as pool:
         futures = {name: pool.submit(probes[name]) for name in wanted}
         checks = [check_python(), check_numpy(), check_fixtures()]
         for name in NEEDS:
             if name not in futures:
-                label = {"r": "R", "julia": "Julia", "c": "C compiler"}.get(name, name)
+                label = {"r": "R", "julia": "Julia", "c": "C compiler", "octave": "Octave"}.get(name, name)
                 checks.append(Check(label, False, "not checked (not asked for with --need)", name, optional=True))
                 continue
             got = futures[name].result()

@@ -1,5 +1,5 @@
-"""``attention-ports setup r|julia|c``: run the packaged installers (scripts/install_r.sh,
-install_julia.sh, install_c.sh).
+"""``attention-ports setup r|julia|c|octave``: run the packaged installers (scripts/install_r.sh,
+install_julia.sh, install_c.sh, install_octave.sh).
 
 The scripts travel in the wheel (attention_ports/core/paths.py says where they are), so an installed
 tool sets up its runtimes exactly as a checkout's ``make setup`` does:
@@ -12,6 +12,8 @@ tool sets up its runtimes exactly as a checkout's ``make setup`` does:
   adapter looks for it.
 - c: a ``cc`` on PATH when there is one; otherwise Debian's gcc and libc6-dev (root or
   password-less sudo), for ports written on the C kit (docs/protocol.md).
+- octave: an ``octave-cli`` on PATH when there is one; otherwise Debian's octave package without
+  its recommends (root or password-less sudo), for ports written on the Octave kit.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import sys
 
 from attention_ports.core import paths
 
-RUNTIMES = ("r", "julia", "c")
+RUNTIMES = ("r", "julia", "c", "octave")
 
 
 def command(runtime: str) -> tuple[list[str], dict[str, str]]:
@@ -34,7 +36,7 @@ def command(runtime: str) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
     if runtime == "r":
         return ["bash", str(script), sys.executable], env
-    if runtime == "c":
+    if runtime in ("c", "octave"):
         return ["bash", str(script)], env
     env["ATTENTION_PORTS_JULIA_PREFIX"] = str(paths.julia_prefix())
     return ["bash", str(script)], env
