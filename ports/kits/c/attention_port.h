@@ -17,6 +17,10 @@
  *         return ap_serve(&port);
  *     }
  *
+ * The operations, their arguments' and outputs' names and their shapes are ports/CONTRACT.md's (read
+ * its R lines: this port has R's shapes, held row-major). Build with a line such as
+ * `cc -std=c99 -O2 -I<this folder> -o port port.c -lm`, this header the first #include.
+ *
  * The protocol is docs/protocol.md (and attention_ports/runtimes/protocol.json). This header
  * declares the port row-major and 0-based: an array arrives with the reference shape (dims[0] is
  * the slowest axis: x[i * dims[1] + j] is x[i, j]), exactly as NumPy holds it; class indices count
