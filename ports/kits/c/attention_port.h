@@ -17,6 +17,10 @@
  *         return ap_serve(&port);
  *     }
  *
+ * The operations, their arguments' and outputs' names and their shapes are ports/CONTRACT.md's (read
+ * its R lines: this port has R's shapes, held row-major). Build with a line such as
+ * `cc -std=c99 -O2 -I<this folder> -o port port.c -lm`, this header the first #include.
+ *
  * The protocol is docs/protocol.md (and attention_ports/runtimes/protocol.json). This header
  * declares the port row-major and 0-based: an array arrives with the reference shape (dims[0] is
  * the slowest axis: x[i * dims[1] + j] is x[i, j]), exactly as NumPy holds it; class indices count
@@ -36,6 +40,14 @@
  */
 #ifndef ATTENTION_PORT_H
 #define ATTENTION_PORT_H
+
+/* Strict ISO C (-std=c99, as docs/protocol.md's manifest builds) hides POSIX's clock_gettime: ask
+ * for it when no feature macro is set. It takes effect when this header is the first #include (as
+ * above); otherwise the kit times a call with clock() (processor time), so it compiles either way. */
+#if defined(__STRICT_ANSI__) && !defined(_POSIX_C_SOURCE) && !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && \
+    !defined(_DEFAULT_SOURCE) && !defined(_BSD_SOURCE)
+#define _POSIX_C_SOURCE 200809L
+#endif
 
 #include <math.h>
 #include <stdarg.h>
@@ -419,10 +431,20 @@ static const char *ap__tag_name(char tag) {
     }
 }
 
-/* An optional array: NULL when absent (or 'N'); *bad set (and r's error) when present but wrong. */
+/* A scalar tag names its array's (AP_F64 -> AP_F64_ARRAY, ...); an array tag stays as it is. */
+static char ap__array_tag(char elem) {
+    switch (elem) {
+    case 'F': return 'A'; case 'f': return 'a'; case 'h': return 'g';
+    case 'b': return 'w'; case 'I': return 'Z'; case 'B': return 'K'; default: return elem;
+    }
+}
+
+/* An optional array of element type `elem` (as ap_array's) and `ndim` dimensions (-1: any): NULL
+ * when absent (or 'N'); *bad set (and r's error) when present but wrong. */
 const ap_value *ap_optional_array(const ap_call *c, ap_reply *r, const char *name, char elem, int ndim, int *bad) {
     const ap_value *v = ap_find(c, name);
     *bad = 0;
+    elem = ap__array_tag(elem);
     if (!v || v->tag == 'N') return NULL;
     if (v->tag != elem) {
         *bad = 1;
@@ -442,10 +464,6 @@ const ap_value *ap_optional_array(const ap_call *c, ap_reply *r, const char *nam
 const ap_value *ap_array(const ap_call *c, ap_reply *r, const char *name, char elem, int ndim) {
     int bad;
     const ap_value *v;
-    switch (elem) {
-    case 'F': elem = 'A'; break; case 'f': elem = 'a'; break; case 'h': elem = 'g'; break;
-    case 'b': elem = 'w'; break; case 'I': elem = 'Z'; break; case 'B': elem = 'K'; break; default: break;
-    }
     v = ap_optional_array(c, r, name, elem, ndim, &bad);
     if (!v && !bad) ap_error(r, "%s: the required argument %s is absent", c->op, name);
     return v;
@@ -517,10 +535,7 @@ int ap_option_i64(const ap_call *c, const char *name, int64_t *out) {
 void *ap_output(ap_reply *r, const char *name, char elem, int ndim, const int64_t *dims) {
     ap__out *o;
     int k;
-    switch (elem) {
-    case 'F': elem = 'A'; break; case 'f': elem = 'a'; break; case 'h': elem = 'g'; break;
-    case 'b': elem = 'w'; break; case 'I': elem = 'Z'; break; case 'B': elem = 'K'; break; default: break;
-    }
+    elem = ap__array_tag(elem);
     if (r->n == r->cap) {
         ap__out *grown;
         r->cap = r->cap ? 2 * r->cap : 8;
@@ -626,9 +641,13 @@ static void ap__reply_results(uint64_t id, const ap_reply *r, double seconds) {
 }
 
 static double ap__now(void) {
+#if defined(CLOCK_MONOTONIC)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+#else  /* strict C with another header included first: no POSIX clock (see the top of this file) */
+    return (double)clock() / CLOCKS_PER_SEC;
+#endif
 }
 
 int ap_serve(const ap_port *port) {
