@@ -787,11 +787,8 @@ static int read_targets(ap_call *c, ap_reply *r, int T, int V, GPT *model) {
     if (!tv) return AP_ERROR;
     if (tv->dims[0] != T)
         return ap_error(r, "%s: targets must hold %d token ids (one per position); got %lld", c->op, T, (long long)tv->dims[0]);
-    iv = ap_find(c, "ignore_index"); /* a 0-D index travels as an integer (I); an array of one id is taken too */
-    if (iv && iv->tag == 'I') {
-        ignore = iv->i;
-        has_ignore = 1;
-    } else if ((iv = ap_optional_array(c, r, "ignore_index", AP_I64_ARRAY, -1, &bad)) != NULL) {
+    /* ignore_index is a 0-D integer array (docs/protocol.md), read as an array of one id */
+    if ((iv = ap_optional_array(c, r, "ignore_index", AP_I64_ARRAY, -1, &bad)) != NULL) {
         if (iv->size != 1) return ap_error(r, "%s: ignore_index must be one id", c->op);
         ignore = ((const int64_t *)iv->data)[0];
         has_ignore = 1;

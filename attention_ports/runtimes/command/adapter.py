@@ -243,7 +243,9 @@ class CommandImplementation(Implementation):
                 if role is Role.SCORES:  # masks travel additive, as the contract promises ports
                     a = np.where(a, 0.0, -np.inf).astype(storage)
             elif a.dtype.kind in "iu":
-                a = a.astype(np.int64, copy=False) + (base if role is Role.INDEX else 0)
+                # asarray: a 0-D index (ignore_index) plus the base is a NumPy scalar, which would
+                # travel as an integer scalar, not the 0-D integer array docs/protocol.md promises
+                a = np.asarray(a.astype(np.int64, copy=False) + (base if role is Role.INDEX else 0))
             else:
                 a = a.astype(storage, copy=False)
             return self.to_wire(a)
