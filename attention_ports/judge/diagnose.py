@@ -66,6 +66,7 @@ Nothing here changes a verdict; an exception inside a check only drops that chec
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -1146,7 +1147,9 @@ def _variant_block(
 ) -> np.ndarray:
     """GPT-2's block from the reference's own pieces, with the attention's mask ``causal`` (a name
     of ``MASKS``; True: "causal", False: "none"), ``act`` as the feed-forward's activation, and each
-    residual added to the sublayer's ``input`` (the contract) or to its normalised input ("norm")."""
+    residual added to the sublayer's ``input`` (the contract) or to its normalised input ("norm"; the
+    attention's only: "attn_norm"), or the second norm applied to x, not h ("ln2_x"), or the block
+    post-norm ("post")."""
     import attention_ports.reference as reference
 
     kind = {True: "causal", False: "none"}.get(causal, causal) if isinstance(causal, bool) else causal
@@ -1172,8 +1175,9 @@ def _variant_block(
         return reference.layer_norm(
             h + act(h @ p["w_1"] + p["b_1"]) @ p["w_2"] + p["b_2"], p["ln2_w"], p["ln2_b"], eps=eps
         )
-    h = (a if residual == "norm" else x) + attn
-    f = reference.layer_norm(h, p["ln2_w"], p["ln2_b"], eps=eps)
+    h = (a if residual in ("norm", "attn_norm") else x) + attn
+    # "ln2_x": the second norm applied to the block's input x where it normalises h = x + attention
+    f = reference.layer_norm(x if residual == "ln2_x" else h, p["ln2_w"], p["ln2_b"], eps=eps)
     return (f if residual == "norm" else h) + act(f @ p["w_1"] + p["b_1"]) @ p["w_2"] + p["b_2"]
 
 
@@ -1307,6 +1311,18 @@ def _transformer_variants(ctx: Context):
         )
     if forward and op != "feed_forward":
         yield (
+            "tf=attention_residual_from_norm",
+            f"the attention's residual is added to the normalised input{where}: h = ln1(x) + attention(ln1(x)) "
+            "where the block adds x, h = x + attention(ln1(x)) (the feed-forward's residual is right)",
+            lambda: {first: _variant(op, inputs, options, residual="attn_norm")},
+        )
+        yield (
+            "tf=ln2_of_x",
+            f"the second layer norm is applied to the block's input x{where}: ffn(ln2(x)) where the block "
+            "normalises h = x + attention(ln1(x)), ffn(ln2(h))",
+            lambda: {first: _variant(op, inputs, options, residual="ln2_x")},
+        )
+        yield (
             "tf=post_norm",
             f"the block is post-norm (the 2017 Transformer's: ln1(x + attention(x)), then ln2(h + ffn(h))) where "
             f"GPT-2's is pre-norm: x + attention(ln1(x)), then h + ffn(ln2(h)){where}",
@@ -1403,6 +1419,10 @@ def _check_attention_projections(ctx: Context) -> str:
 # lm_loss's (and the gradient's, the training's) ignore_index mistakes: ignored, or compared in the
 # other base (a 1-based port comparing the 0-based id, or the reverse)
 def _check_loss_mistakes(ctx: Context) -> str:
+    if ctx.case.op in ("lm_loss", "gpt_grads") and "ignore_index" in ctx.case.inputs:
+        line = _check_mean_over_every_position(ctx)
+        if line:
+            return line
     if ctx.case.op not in ("lm_loss",) or "ignore_index" not in ctx.case.inputs:
         return ""
     inputs, options = ctx.case.inputs, ctx.case.options
@@ -1425,6 +1445,64 @@ def _check_loss_mistakes(ctx: Context) -> str:
     return ""
 
 
+def _check_mean_over_every_position(ctx: Context) -> str:
+    """The loss's mean divided by every position, n, where the ignored ones are left out of its count
+    (llm.c's mean over B * T, kept with an ignore_index): lm_loss's loss and every gradient of
+    gpt_grads are then count / n times the right ones (0 where no position counts), recomputed so."""
+    inputs, options = ctx.case.inputs, ctx.case.options
+    targets = np.asarray(inputs["targets"]).reshape(-1)
+    n, count = targets.size, int((targets != np.asarray(inputs["ignore_index"])).sum())
+    if count == n:
+        return ""
+
+    def run() -> dict[str, np.ndarray]:
+        right = _reference(ctx.case.op, inputs, options)
+        return {k: (np.asarray(v) * (count / n) if count else np.zeros_like(np.asarray(v))) for k, v in right.items()}
+
+    if not _fits_variant(ctx, "loss=mean_over_n", run):
+        return ""
+    what = "the loss" if ctx.output == "loss" else f"{ctx.name()}, the gradient of that loss,"
+    if not count:
+        return (
+            f"the loss's mean is divided by every position (n = {n}), the ignored ones included, where it is over the "
+            "positions counted, none here: the mean over no position is 0 / 0, NaN (as torch's), and dividing by n "
+            f"gives {what} 0 (divide the sum of the counted positions' losses by their count)"
+        )
+    return (
+        f"the loss's mean is divided by every position (n = {n}), the ignored ones included, where it is over the "
+        f"positions counted (count = {count}): {what} is count / n = {count / n:.6g} times the right one (divide the "
+        "sum of the counted positions' losses by their count, and its gradient by the same count)"
+    )
+
+
+def _check_gpt_grads_loss(ctx: Context) -> str:
+    """gpt_grads' loss, a forward quantity, recomputed under each of gpt_forward's known mistakes
+    (its logits recomputed so, then lm_loss): one number, so a mistake is named only when it alone of
+    them fits (and separates), whatever the gradients are."""
+    case = ctx.case
+    if case.op != "gpt_grads" or ctx.output != "loss":
+        return ""
+    fwd_inputs = {k: v for k, v in case.inputs.items() if k == "tokens" or k.startswith("params.")}
+    fwd_options = {k: v for k, v in case.options.items() if k in ("num_heads", "eps", "approximate")}
+    forward = dataclasses.replace(case, op="gpt_forward", inputs=fwd_inputs, options=fwd_options)
+    fwd_ctx = dataclasses.replace(ctx, case=forward, output="logits")
+    loss_inputs = {k: case.inputs[k] for k in ("targets", "ignore_index") if k in case.inputs}
+    fitting = []
+    for key, line, run in _transformer_variants(fwd_ctx):
+        if key.startswith("tf=gelu"):  # the gradients' own check recomputes every output with it
+            continue
+
+        def loss(run=run) -> dict[str, np.ndarray]:
+            logits = run()["logits"]
+            return {"loss": _reference("lm_loss", {"logits": logits, **loss_inputs}, {})["loss"]}
+
+        if _fits_variant(ctx, f"gg_loss:{key}", loss):
+            fitting.append(line)
+    if len(fitting) != 1:
+        return ""
+    return f"the loss is the one a forward pass with this mistake gives: {fitting[0]}"
+
+
 def _check_transformer_mistakes(ctx: Context) -> str:
     """The transformer's known mistakes, each recomputed: a missing causal mask, the other gelu, a
     square weight applied transposed."""
@@ -1433,7 +1511,7 @@ def _check_transformer_mistakes(ctx: Context) -> str:
     for key, line, run in _transformer_variants(ctx):
         if _fits_variant(ctx, key, run):
             return line
-    return ""
+    return _check_gpt_grads_loss(ctx)
 
 
 # ---------------------------------------------------------------- 11. the optimizer's known mistakes

@@ -84,7 +84,6 @@ def test_quiet_says_outputs_failing_with_one_message_once_and_keeps_a_localisati
     ]
 
 
-
 def test_quiet_gives_the_cases_localisation_to_the_outputs_no_diagnosis_explains() -> None:
     """The judge puts a case's localisation on its outputs (judge/runner.py), not in their
     messages: --quiet says it in full on the first undiagnosed line and "as above" after it
