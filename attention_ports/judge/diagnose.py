@@ -52,7 +52,12 @@ must also pass that judgement (docs/precision.md, "The precision diagnosis").
 The transformer (checked right after the axes too): gpt_forward's logits of the last position only
 (the expected last row, in whatever shape it came back), and, recomputed, a decoder block (or
 every block of gpt_forward) without the causal mask, gelu's other form, a square weight (w_q, w_k,
-w_v, w_o, or all four) applied transposed; and, in gelu, feed_forward and the blocks, a tanh gelu
+w_v, w_o, or all four) applied transposed, the residuals from the normalised inputs (both, or the
+attention's alone), the second norm applied to x, post-norm; gpt_grads' loss under each of those
+forward mistakes (named only when one alone fits: it is one number); the loss's mean divided by
+every position, the ignored ones included (lm_loss and every output of gpt_grads, count / n times
+the right ones); the classifier's square weights applied transposed (its forward outputs, and
+classifier_step's loss and probs); and, in gelu, feed_forward and the blocks, a tanh gelu
 whose sqrt(2/pi) is cut short (0.79788456, ...). That one is tried even on a rounding-sized
 difference, since its effect is (the constant's own relative error, 1e-9 for eight digits): named,
 as every recomputed mistake, only when it fits the port's numbers and separates from the truth.
@@ -1408,11 +1413,42 @@ def _attention_variants(ctx: Context):
 
 
 def _check_attention_projections(ctx: Context) -> str:
+    if ctx.case.op in CLASSIFIER_FORWARD:
+        return _check_classifier_projections(ctx)
     if ctx.case.op not in ("multi_head_attention", "self_attention"):
         return ""
     for key, line, run in _attention_variants(ctx):
         if _fits_variant(ctx, key, run):
             return line
+    return ""
+
+
+# The classifier's outputs its forward pass alone gives: a weight applied transposed in the forward
+# is recomputed there; its gradients follow the port's own backward, and are not claimed.
+CLASSIFIER_FORWARD = {
+    "classifier_forward": ("q", "k", "v", "weights", "z", "f", "pooled", "probs"),
+    "classifier_step": ("loss", "probs"),
+}
+
+
+def _check_classifier_projections(ctx: Context) -> str:
+    """The classifier's square weights (w_q, w_k, w_v, d x d) applied transposed, one or all three,
+    recomputed by the reference with those weights transposed."""
+    op, inputs, options = ctx.case.op, ctx.case.inputs, ctx.case.options
+    if ctx.output not in CLASSIFIER_FORWARD[op]:
+        return ""
+    names = tuple(w for w in ("w_q", "w_k", "w_v") if _is_square(inputs[f"params.{w}"]))
+    sep = "$" if ctx.language == "R" else "."
+    layout = _WEIGHT_LAYOUT.get(ctx.language, "the reference's weights are d_in x d_out, applied as x @ W")
+    for group in [(w,) for w in names] + ([names] if len(names) > 1 else []):
+        *rest, last = [f"params{sep}{w}" for w in group]
+        which = f"{', '.join(rest)} and {last}" if rest else last
+        run = lambda group=group: _reference(op, _transposed(inputs, group), options)  # noqa: E731
+        if _fits_variant(ctx, f"clf=transposed_{'_'.join(group)}", run):
+            return (
+                f"{which} {'is' if len(group) == 1 else 'are'} applied transposed: a square weight (d x d), so no "
+                f"shape error shows it; {layout}"
+            )
     return ""
 
 

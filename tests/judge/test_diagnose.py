@@ -701,6 +701,25 @@ def test_a_gpt_gradients_loss_is_named_by_the_one_forward_mistake_that_gives_it(
     assert diagnose.explain(gg, "loss", right * (1 + 1e-3)) == ""  # no forward mistake gives it
 
 
+@pytest.mark.parametrize(
+    ("cid", "output", "transposed", "line"),
+    [
+        ("clf_forward_sentence0", "weights", ("w_q",), "params$w_q is applied transposed: a square weight (d x d)"),
+        ("clf_forward_sentence0", "probs", ("w_v",), "params$w_v is applied transposed"),
+        ("clf_step_n2", "loss", ("w_q", "w_k", "w_v"), "params$w_q, params$w_k and params$w_v are applied transposed"),
+    ],
+)
+def test_the_classifiers_square_weight_applied_transposed_is_named(
+    cid: str, output: str, transposed: tuple[str, ...], line: str
+) -> None:
+    """Issue 26: x %*% t(W) in the classifier's forward (its w_q, w_k, w_v are d x d); before, no line."""
+    c = case(cid)
+    theirs = call_reference(c.op, diagnose._transposed(c.inputs, transposed), c.options)[output]
+    said = diagnose.explain(c, output, theirs, PortView("R", output, None))
+    assert said.startswith(line) and said.endswith("R's weights are d_in x d_out, applied as x %*% W"), said
+    assert diagnose.explain(c, output, expected(c, output) * 1.01, PortView("R", output, None)).find("transposed") < 0
+
+
 def test_gpt_logits_of_the_last_position_only_are_named_in_the_ports_terms() -> None:
     c = case("gpt_one_block_h2_tanh")  # 5 tokens, vocab 12
     last = expected(c, "logits")[-1]
