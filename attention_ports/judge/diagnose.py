@@ -1484,26 +1484,25 @@ def _check_loss_mistakes(ctx: Context) -> str:
 def _check_mean_over_every_position(ctx: Context) -> str:
     """The loss's mean divided by every position, n, where the ignored ones are left out of its count
     (llm.c's mean over B * T, kept with an ignore_index): lm_loss's loss and every gradient of
-    gpt_grads are then count / n times the right ones (0 where no position counts), recomputed so."""
+    gpt_grads are then count / n times the right ones, recomputed so. Where no position counts, the
+    right loss is NaN and a 0 is any sum's (over n, over the vocabulary, a sum not a mean): no line."""
     inputs, options = ctx.case.inputs, ctx.case.options
     targets = np.asarray(inputs["targets"]).reshape(-1)
     n, count = targets.size, int((targets != np.asarray(inputs["ignore_index"])).sum())
-    if count == n:
+    if count in (0, n):
+        # none counted: 0 where 0 / 0 = NaN is meant is any sum's, over n or the vocabulary or none
         return ""
+    vocab = np.shape(inputs["logits"])[-1] if "logits" in inputs else np.shape(inputs["params.wte"])[0]
+    if any(math.isclose(count / n, other) for other in (count, count / vocab)):
+        return ""  # a sum (count times the mean) or a mean over the vocabulary gives the same numbers
 
     def run() -> dict[str, np.ndarray]:
         right = _reference(ctx.case.op, inputs, options)
-        return {k: (np.asarray(v) * (count / n) if count else np.zeros_like(np.asarray(v))) for k, v in right.items()}
+        return {k: np.asarray(v) * (count / n) for k, v in right.items()}
 
     if not _fits_variant(ctx, "loss=mean_over_n", run):
         return ""
     what = "the loss" if ctx.output == "loss" else f"{ctx.name()}, the gradient of that loss,"
-    if not count:
-        return (
-            f"the loss's mean is divided by every position (n = {n}), the ignored ones included, where it is over the "
-            "positions counted, none here: the mean over no position is 0 / 0, NaN (as torch's), and dividing by n "
-            f"gives {what} 0 (divide the sum of the counted positions' losses by their count)"
-        )
     return (
         f"the loss's mean is divided by every position (n = {n}), the ignored ones included, where it is over the "
         f"positions counted (count = {count}): {what} is count / n = {count / n:.6g} times the right one (divide the "

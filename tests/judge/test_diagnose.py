@@ -672,9 +672,9 @@ def test_the_losss_mean_over_every_position_is_named_in_the_loss_and_every_gradi
         "the loss's mean is divided by every position (n = 6), the ignored ones included, where it is over the "
         "positions counted (count = 3): the loss is count / n = 0.5 times the right one"
     )
-    assert "none here: the mean over no position is 0 / 0" in diagnose.explain(
-        case("lm_n1_all_ignored"), "loss", np.array(0.0)
-    )
+    # every position ignored: 0 for NaN is any sum's (over n, the vocabulary, a sum not a mean), no
+    # evidence for one (before this test: "divided by every position" for a sum not a mean)
+    assert "divided by every position" not in diagnose.explain(case("lm_n1_all_ignored"), "loss", np.array(0.0))
     gg = case("gpt_grads_two_blocks")
     for output in ("loss", "grads.w_head", "grads.ln1_b"):
         line = diagnose.explain(gg, output, expected(gg, output) * 7 / 8, PortView("R", output, None))
