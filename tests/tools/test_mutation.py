@@ -346,6 +346,8 @@ DIAGNOSED = {
     "r_lm_ignore_index_not_shifted": "ignore_index has no effect",
     "r_lm_ignored_in_denominator": "the loss's mean is divided by every position",
     "r_tf_ln2_on_x": "the second layer norm is applied to the block's input x",
+    "j_lm_ignored_in_denominator": "the loss's mean is divided by every position",
+    "j_tf_ln2_on_x": "the second layer norm is applied to the block's input x",
     "j_lm_ignore_dropped": "ignore_index has no effect",
 }
 
