@@ -176,8 +176,12 @@ def _float32_tier() -> list[dict]:
     return fixtures.read_manifest(fixtures_dir("float32"))["cases"]
 
 
+# the operations of the new user's trial port (tests/data/ports/r/newuser_gpt.R's declaration)
+NEWUSER_OPS = ("layer_norm", "gelu", "feed_forward", "decoder_block", "gpt_forward", "lm_loss", "gpt_grads")
+
 FIGURES = [
     Figure("docs/ports.md", r"ok fixtures (\d+) cases in", lambda: (sum(_ops().values()),)),
+    Figure("docs/ports.md", r"passed all (\d+) of their cases", lambda: (sum(_ops()[op] for op in NEWUSER_OPS),)),
     Figure(
         "docs/ports.md",
         r"r: (\d+) missing, (\d+) pass",

@@ -52,7 +52,12 @@ must also pass that judgement (docs/precision.md, "The precision diagnosis").
 The transformer (checked right after the axes too): gpt_forward's logits of the last position only
 (the expected last row, in whatever shape it came back), and, recomputed, a decoder block (or
 every block of gpt_forward) without the causal mask, gelu's other form, a square weight (w_q, w_k,
-w_v, w_o, or all four) applied transposed; and, in gelu, feed_forward and the blocks, a tanh gelu
+w_v, w_o, or all four) applied transposed, the residuals from the normalised inputs (both, or the
+attention's alone), the second norm applied to x, post-norm; gpt_grads' loss under each of those
+forward mistakes (named only when one alone fits: it is one number); the loss's mean divided by
+every position, the ignored ones included (lm_loss and every output of gpt_grads, count / n times
+the right ones); the classifier's square weights applied transposed (its forward outputs, and
+classifier_step's loss and probs); and, in gelu, feed_forward and the blocks, a tanh gelu
 whose sqrt(2/pi) is cut short (0.79788456, ...). That one is tried even on a rounding-sized
 difference, since its effect is (the constant's own relative error, 1e-9 for eight digits): named,
 as every recomputed mistake, only when it fits the port's numbers and separates from the truth.
@@ -66,6 +71,7 @@ Nothing here changes a verdict; an exception inside a check only drops that chec
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -1146,7 +1152,9 @@ def _variant_block(
 ) -> np.ndarray:
     """GPT-2's block from the reference's own pieces, with the attention's mask ``causal`` (a name
     of ``MASKS``; True: "causal", False: "none"), ``act`` as the feed-forward's activation, and each
-    residual added to the sublayer's ``input`` (the contract) or to its normalised input ("norm")."""
+    residual added to the sublayer's ``input`` (the contract) or to its normalised input ("norm"; the
+    attention's only: "attn_norm"), or the second norm applied to x, not h ("ln2_x"), or the block
+    post-norm ("post")."""
     import attention_ports.reference as reference
 
     kind = {True: "causal", False: "none"}.get(causal, causal) if isinstance(causal, bool) else causal
@@ -1172,8 +1180,9 @@ def _variant_block(
         return reference.layer_norm(
             h + act(h @ p["w_1"] + p["b_1"]) @ p["w_2"] + p["b_2"], p["ln2_w"], p["ln2_b"], eps=eps
         )
-    h = (a if residual == "norm" else x) + attn
-    f = reference.layer_norm(h, p["ln2_w"], p["ln2_b"], eps=eps)
+    h = (a if residual in ("norm", "attn_norm") else x) + attn
+    # "ln2_x": the second norm applied to the block's input x where it normalises h = x + attention
+    f = reference.layer_norm(x if residual == "ln2_x" else h, p["ln2_w"], p["ln2_b"], eps=eps)
     return (f if residual == "norm" else h) + act(f @ p["w_1"] + p["b_1"]) @ p["w_2"] + p["b_2"]
 
 
@@ -1307,6 +1316,18 @@ def _transformer_variants(ctx: Context):
         )
     if forward and op != "feed_forward":
         yield (
+            "tf=attention_residual_from_norm",
+            f"the attention's residual is added to the normalised input{where}: h = ln1(x) + attention(ln1(x)) "
+            "where the block adds x, h = x + attention(ln1(x)) (the feed-forward's residual is right)",
+            lambda: {first: _variant(op, inputs, options, residual="attn_norm")},
+        )
+        yield (
+            "tf=ln2_of_x",
+            f"the second layer norm is applied to the block's input x{where}: ffn(ln2(x)) where the block "
+            "normalises h = x + attention(ln1(x)), ffn(ln2(h))",
+            lambda: {first: _variant(op, inputs, options, residual="ln2_x")},
+        )
+        yield (
             "tf=post_norm",
             f"the block is post-norm (the 2017 Transformer's: ln1(x + attention(x)), then ln2(h + ffn(h))) where "
             f"GPT-2's is pre-norm: x + attention(ln1(x)), then h + ffn(ln2(h)){where}",
@@ -1392,6 +1413,8 @@ def _attention_variants(ctx: Context):
 
 
 def _check_attention_projections(ctx: Context) -> str:
+    if ctx.case.op in CLASSIFIER_FORWARD:
+        return _check_classifier_projections(ctx)
     if ctx.case.op not in ("multi_head_attention", "self_attention"):
         return ""
     for key, line, run in _attention_variants(ctx):
@@ -1400,9 +1423,42 @@ def _check_attention_projections(ctx: Context) -> str:
     return ""
 
 
+# The classifier's outputs its forward pass alone gives: a weight applied transposed in the forward
+# is recomputed there; its gradients follow the port's own backward, and are not claimed.
+CLASSIFIER_FORWARD = {
+    "classifier_forward": ("q", "k", "v", "weights", "z", "f", "pooled", "probs"),
+    "classifier_step": ("loss", "probs"),
+}
+
+
+def _check_classifier_projections(ctx: Context) -> str:
+    """The classifier's square weights (w_q, w_k, w_v, d x d) applied transposed, one or all three,
+    recomputed by the reference with those weights transposed."""
+    op, inputs, options = ctx.case.op, ctx.case.inputs, ctx.case.options
+    if ctx.output not in CLASSIFIER_FORWARD[op]:
+        return ""
+    names = tuple(w for w in ("w_q", "w_k", "w_v") if _is_square(inputs[f"params.{w}"]))
+    sep = "$" if ctx.language == "R" else "."
+    layout = _WEIGHT_LAYOUT.get(ctx.language, "the reference's weights are d_in x d_out, applied as x @ W")
+    for group in [(w,) for w in names] + ([names] if len(names) > 1 else []):
+        *rest, last = [f"params{sep}{w}" for w in group]
+        which = f"{', '.join(rest)} and {last}" if rest else last
+        run = lambda group=group: _reference(op, _transposed(inputs, group), options)  # noqa: E731
+        if _fits_variant(ctx, f"clf=transposed_{'_'.join(group)}", run):
+            return (
+                f"{which} {'is' if len(group) == 1 else 'are'} applied transposed: a square weight (d x d), so no "
+                f"shape error shows it; {layout}"
+            )
+    return ""
+
+
 # lm_loss's (and the gradient's, the training's) ignore_index mistakes: ignored, or compared in the
 # other base (a 1-based port comparing the 0-based id, or the reverse)
 def _check_loss_mistakes(ctx: Context) -> str:
+    if ctx.case.op in ("lm_loss", "gpt_grads") and "ignore_index" in ctx.case.inputs:
+        line = _check_mean_over_every_position(ctx)
+        if line:
+            return line
     if ctx.case.op not in ("lm_loss",) or "ignore_index" not in ctx.case.inputs:
         return ""
     inputs, options = ctx.case.inputs, ctx.case.options
@@ -1425,6 +1481,63 @@ def _check_loss_mistakes(ctx: Context) -> str:
     return ""
 
 
+def _check_mean_over_every_position(ctx: Context) -> str:
+    """The loss's mean divided by every position, n, where the ignored ones are left out of its count
+    (llm.c's mean over B * T, kept with an ignore_index): lm_loss's loss and every gradient of
+    gpt_grads are then count / n times the right ones, recomputed so. Where no position counts, the
+    right loss is NaN and a 0 is any sum's (over n, over the vocabulary, a sum not a mean): no line."""
+    inputs, options = ctx.case.inputs, ctx.case.options
+    targets = np.asarray(inputs["targets"]).reshape(-1)
+    n, count = targets.size, int((targets != np.asarray(inputs["ignore_index"])).sum())
+    if count in (0, n):
+        # none counted: 0 where 0 / 0 = NaN is meant is any sum's, over n or the vocabulary or none
+        return ""
+    vocab = np.shape(inputs["logits"])[-1] if "logits" in inputs else np.shape(inputs["params.wte"])[0]
+    if any(math.isclose(count / n, other) for other in (count, count / vocab)):
+        return ""  # a sum (count times the mean) or a mean over the vocabulary gives the same numbers
+
+    def run() -> dict[str, np.ndarray]:
+        right = _reference(ctx.case.op, inputs, options)
+        return {k: np.asarray(v) * (count / n) for k, v in right.items()}
+
+    if not _fits_variant(ctx, "loss=mean_over_n", run):
+        return ""
+    what = "the loss" if ctx.output == "loss" else f"{ctx.name()}, the gradient of that loss,"
+    return (
+        f"the loss's mean is divided by every position (n = {n}), the ignored ones included, where it is over the "
+        f"positions counted (count = {count}): {what} is count / n = {count / n:.6g} times the right one (divide the "
+        "sum of the counted positions' losses by their count, and its gradient by the same count)"
+    )
+
+
+def _check_gpt_grads_loss(ctx: Context) -> str:
+    """gpt_grads' loss, a forward quantity, recomputed under each of gpt_forward's known mistakes
+    (its logits recomputed so, then lm_loss): one number, so a mistake is named only when it alone of
+    them fits (and separates), whatever the gradients are."""
+    case = ctx.case
+    if case.op != "gpt_grads" or ctx.output != "loss":
+        return ""
+    fwd_inputs = {k: v for k, v in case.inputs.items() if k == "tokens" or k.startswith("params.")}
+    fwd_options = {k: v for k, v in case.options.items() if k in ("num_heads", "eps", "approximate")}
+    forward = dataclasses.replace(case, op="gpt_forward", inputs=fwd_inputs, options=fwd_options)
+    fwd_ctx = dataclasses.replace(ctx, case=forward, output="logits")
+    loss_inputs = {k: case.inputs[k] for k in ("targets", "ignore_index") if k in case.inputs}
+    fitting = []
+    for key, line, run in _transformer_variants(fwd_ctx):
+        if key.startswith("tf=gelu"):  # the gradients' own check recomputes every output with it
+            continue
+
+        def loss(run=run) -> dict[str, np.ndarray]:
+            logits = run()["logits"]
+            return {"loss": _reference("lm_loss", {"logits": logits, **loss_inputs}, {})["loss"]}
+
+        if _fits_variant(ctx, f"gg_loss:{key}", loss):
+            fitting.append(line)
+    if len(fitting) != 1:
+        return ""
+    return f"the loss is the one a forward pass with this mistake gives: {fitting[0]}"
+
+
 def _check_transformer_mistakes(ctx: Context) -> str:
     """The transformer's known mistakes, each recomputed: a missing causal mask, the other gelu, a
     square weight applied transposed."""
@@ -1433,7 +1546,7 @@ def _check_transformer_mistakes(ctx: Context) -> str:
     for key, line, run in _transformer_variants(ctx):
         if _fits_variant(ctx, key, run):
             return line
-    return ""
+    return _check_gpt_grads_loss(ctx)
 
 
 # ---------------------------------------------------------------- 11. the optimizer's known mistakes

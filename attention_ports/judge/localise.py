@@ -170,18 +170,31 @@ def _gpt_grads(statuses, judged, name: Namer) -> str:
         part = STAGE[u.output.split(".", 1)[-1]]
         return part if u.block is None else f"block {u.block + base}'s {part.removeprefix('the ')}"
 
+    def zero(u: Unit) -> bool:
+        """The right value is exactly zero (grads.b_k always: the softmax ignores the key bias; the
+        query and key projections' of one token): a port that agrees there says nothing of its forward."""
+        exp = judged[u.output][0]
+        part = exp if u.block is None else exp[u.block]
+        return not np.any(part)
+
     wrong = [i for i, u in enumerate(units) if u.wrong]
     i = wrong[0]
     if units[i].output == "loss":
         right = [u for u in units[1:] if not u.wrong]
+        informative = [u for u in right if not zero(u)]
         if not right:
             return "the loss and every gradient are wrong: the forward pass or the loss is, before any backward"
+        if not informative:
+            return (
+                "the loss and every gradient are wrong, but those whose right value is exactly zero here "
+                f"({_compress(right, said)}): the forward pass or the loss is, before any backward"
+            )
         if len(right) == len(units) - 1:
             return (
                 "only the loss is wrong, every gradient agrees: the loss value returned is wrong, not the forward "
                 "pass the gradients come from"
             )
-        agreeing = _compress(right, said)
+        agreeing = _compress(informative, said)
         return f"the loss is wrong (the forward pass or the loss, before any backward), yet {agreeing} agree"
     before = _compress(units[:i], said)
     after = units[i + 1 :]

@@ -182,12 +182,18 @@ def quiet_case(report: Report, r: CaseResult) -> str:
             groups.setdefault(key, []).append(o)
     purpose = [f"what this case tests: {r.reason}"] if r.reason else []
     lines = []
+    located = False  # the case's localisation said in full once, on its first undiagnosed line
     for (status, _), outs in groups.items():
         o = outs[0]
         what = o.output if len(outs) == 1 else f"{len(outs)} outputs ({_named([x.output for x in outs])})"
         said = [_size(o), *_explaining(o.message)]
         if not any(s.startswith("diagnosis") for s in said[1:]) and o.diagnosis:
             said.append(f"diagnosis: {o.diagnosis}")
+        # the localisation is the case's (judge/localise.py), not in an output's message: an output
+        # no diagnosis explains gets it, so a backward bug's lines say where it is (issue 26)
+        if status == "fail" and r.localisation and len(said) == 1:
+            said.append(f"localisation: {'as above' if located else r.localisation}")
+            located = True
         lines.append(f"{status.upper()} [{r.impl}] {r.case} {what}: " + "; ".join(said + purpose))
     if r.repro:
         lines.append(f"  repro: {r.repro}")

@@ -514,9 +514,17 @@ def _gelu(x: np.ndarray, form: str, constant: float = math.sqrt(2 / math.pi)) ->
 
 
 def _block(
-    x: np.ndarray, p: dict[str, np.ndarray], h: int, eps: float, form: str, causal: bool, constant: float
+    x: np.ndarray,
+    p: dict[str, np.ndarray],
+    h: int,
+    eps: float,
+    form: str,
+    causal: bool,
+    constant: float,
+    residual: str = "x",
 ) -> np.ndarray:
-    """GPT-2's block written out on its own (not the reference's code), the causal mask optional."""
+    """GPT-2's block written out on its own (not the reference's code), the causal mask optional;
+    ``residual`` "ln1": the attention's residual added to ln1(x); "ln2_x": the second norm of x."""
     n, d = x.shape
     a = _layer_norm(x, eps) * p["ln1_w"] + p["ln1_b"]
     q, k, v = (a @ p[f"w_{s}"] + p[f"b_{s}"] for s in "qkv")
@@ -527,8 +535,8 @@ def _block(
             s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
         e = np.exp(s - s.max(axis=1, keepdims=True))
         heads.append(e / e.sum(axis=1, keepdims=True) @ v[:, c])
-    hid = x + np.concatenate(heads, axis=1) @ p["w_o"] + p["b_o"]
-    f = _layer_norm(hid, eps) * p["ln2_w"] + p["ln2_b"]
+    hid = (a if residual == "ln1" else x) + np.concatenate(heads, axis=1) @ p["w_o"] + p["b_o"]
+    f = _layer_norm(x if residual == "ln2_x" else hid, eps) * p["ln2_w"] + p["ln2_b"]
     return hid + _gelu(f @ p["w_1"] + p["b_1"], form, constant) @ p["w_2"] + p["b_2"]
 
 
@@ -538,19 +546,20 @@ def _transformer(
     form: str | None = None,
     constant: float = math.sqrt(2 / math.pi),
     transposed: tuple[str, ...] = (),
+    residual: str = "x",
 ) -> np.ndarray:
-    """The case's output by _block: with the mask optional, gelu's form and constant, and the weights
-    ``transposed`` applied transposed (every block's)."""
+    """The case's output by _block: with the mask optional, gelu's form and constant, the weights
+    ``transposed`` applied transposed (every block's), and _block's ``residual``."""
     p = {k.split(".", 1)[1]: a for k, a in c.inputs.items() if k.startswith("params.")}
     p.update({w: np.swapaxes(p[w], -1, -2) for w in transposed})
     eps = 1e-5 if c.options.get("eps") is None else c.options["eps"]
     h = int(c.options["num_heads"])
     form = form or c.options.get("approximate") or "none"
     if c.op == "decoder_block":
-        return _block(c.inputs["x"], p, h, eps, form, causal, constant)
+        return _block(c.inputs["x"], p, h, eps, form, causal, constant, residual)
     x = p["wte"][c.inputs["tokens"]] + p["wpe"][: len(c.inputs["tokens"])]
     for b in range(p["ln1_w"].shape[0]):
-        x = _block(x, {m: a[b] for m, a in p.items()}, h, eps, form, causal, constant)
+        x = _block(x, {m: a[b] for m, a in p.items()}, h, eps, form, causal, constant, residual)
     return (_layer_norm(x, eps) * p["lnf_w"] + p["lnf_b"]) @ p["w_head"]
 
 
@@ -626,6 +635,89 @@ def test_a_square_weight_applied_transposed_in_a_block_is_named(
     julia_line = diagnose.explain(c, output, _transformer(c, transposed=("w_v",)), julia(output, role))
     assert julia_line.startswith("params.w_v is applied transposed"), julia_line
     assert julia_line.endswith("Julia's weights are d_out x d_in, applied as W * x")
+
+
+RESIDUAL_LINES = {
+    "ln1": "the attention's residual is added to the normalised input",
+    "ln2_x": "the second layer norm is applied to the block's input x",
+}
+
+
+@pytest.mark.parametrize("residual", list(RESIDUAL_LINES))
+@pytest.mark.parametrize(("cid", "output"), [("block_h2_defaults", "y"), ("gpt_two_blocks_h4", "logits")])
+def test_a_residual_or_second_norm_on_the_wrong_input_is_named(cid: str, output: str, residual: str) -> None:
+    """Issue 26: h = ln1(x) + attention(ln1(x)) (a new user's port from llm.c's description), and
+    ffn(ln2(x)) for ffn(ln2(h)), each recomputed; before, both got no line."""
+    c = case(cid)
+    line = diagnose.explain(c, output, _transformer(c, residual=residual))
+    assert line.startswith(RESIDUAL_LINES[residual]), line
+    assert ("(in every block)" in line) == (c.op == "gpt_forward")
+
+
+def _loss(logits: np.ndarray, targets: np.ndarray, ignore: int | None, divide_by_n: bool = False) -> float:
+    z = logits - logits.max(axis=1, keepdims=True)
+    per = np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(targets)), targets]
+    keep = targets != ignore if ignore is not None else np.ones(len(targets), dtype=bool)
+    return float(per[keep].sum() / (len(targets) if divide_by_n else keep.sum()))
+
+
+def test_the_losss_mean_over_every_position_is_named_in_the_loss_and_every_gradient() -> None:
+    """llm.c's mean over B * T kept with an ignore_index: the loss and its gradients are count / n
+    times the right ones (before: no line on the loss, "0.875 times the expected values (a constant
+    factor)" on each gradient)."""
+    lm = case("lm_padding_id0_ignored")
+    ignore = int(lm.inputs["ignore_index"])
+    theirs = np.array(_loss(lm.inputs["logits"], lm.inputs["targets"], ignore, divide_by_n=True))
+    assert diagnose.explain(lm, "loss", theirs).startswith(
+        "the loss's mean is divided by every position (n = 6), the ignored ones included, where it is over the "
+        "positions counted (count = 3): the loss is count / n = 0.5 times the right one"
+    )
+    # every position ignored: 0 for NaN is any sum's (over n, the vocabulary, a sum not a mean), no
+    # evidence for one (before this test: "divided by every position" for a sum not a mean)
+    assert "divided by every position" not in diagnose.explain(case("lm_n1_all_ignored"), "loss", np.array(0.0))
+    gg = case("gpt_grads_two_blocks")
+    for output in ("loss", "grads.w_head", "grads.ln1_b"):
+        line = diagnose.explain(gg, output, expected(gg, output) * 7 / 8, PortView("R", output, None))
+        assert "divided by every position (n = 8)" in line and "count / n = 0.875 times the right one" in line, line
+    assert "grads$w_head, the gradient of that loss," in diagnose.explain(
+        gg, "grads.w_head", expected(gg, "grads.w_head") * 7 / 8, PortView("R", "grads$w_head", None)
+    )
+
+
+def test_a_gpt_gradients_loss_is_named_by_the_one_forward_mistake_that_gives_it() -> None:
+    """gpt_grads' loss is a forward quantity: recomputed under each forward mistake, named when one
+    alone fits (the gradients of such a port follow its own backward, and are not claimed)."""
+    gg = case("gpt_grads_two_blocks")
+    forward = replace(gg, op="gpt_forward")
+    ignore = int(gg.inputs["ignore_index"])
+    theirs = np.array(_loss(_transformer(forward, residual="ln1"), gg.inputs["targets"], ignore))
+    line = diagnose.explain(gg, "loss", theirs)
+    assert line.startswith(
+        "the loss is the one a forward pass with this mistake gives: the attention's residual is added to the "
+        "normalised input (in every block)"
+    ), line
+    right = np.array(_loss(_transformer(forward), gg.inputs["targets"], ignore))
+    assert diagnose.explain(gg, "loss", right) == ""
+    assert diagnose.explain(gg, "loss", right * (1 + 1e-3)) == ""  # no forward mistake gives it
+
+
+@pytest.mark.parametrize(
+    ("cid", "output", "transposed", "line"),
+    [
+        ("clf_forward_sentence0", "weights", ("w_q",), "params$w_q is applied transposed: a square weight (d x d)"),
+        ("clf_forward_sentence0", "probs", ("w_v",), "params$w_v is applied transposed"),
+        ("clf_step_n2", "loss", ("w_q", "w_k", "w_v"), "params$w_q, params$w_k and params$w_v are applied transposed"),
+    ],
+)
+def test_the_classifiers_square_weight_applied_transposed_is_named(
+    cid: str, output: str, transposed: tuple[str, ...], line: str
+) -> None:
+    """Issue 26: x %*% t(W) in the classifier's forward (its w_q, w_k, w_v are d x d); before, no line."""
+    c = case(cid)
+    theirs = call_reference(c.op, diagnose._transposed(c.inputs, transposed), c.options)[output]
+    said = diagnose.explain(c, output, theirs, PortView("R", output, None))
+    assert said.startswith(line) and said.endswith("R's weights are d_in x d_out, applied as x %*% W"), said
+    assert diagnose.explain(c, output, expected(c, output) * 1.01, PortView("R", output, None)).find("transposed") < 0
 
 
 def test_gpt_logits_of_the_last_position_only_are_named_in_the_ports_terms() -> None:

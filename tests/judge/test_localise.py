@@ -95,6 +95,14 @@ def test_a_wrong_loss_is_the_forward_or_the_loss() -> None:
         "only the loss is wrong, every gradient agrees: the loss value returned is wrong, not the forward pass the "
         "gradients come from"
     )
+    # the gradients that are exactly zero here (one token: the query and key projections'; b_k's in
+    # every GPT) agree with any forward: they are said apart, not as evidence (before: "yet block 1's
+    # grads$w_q, ... agree")
+    nonzero = {n: _off(e.array) for n, e in c.expected.items() if np.any(e.array)}
+    assert _locate(c, nonzero) == (
+        "the loss and every gradient are wrong, but those whose right value is exactly zero here (block 1's "
+        "grads$w_q, grads$b_q, grads$w_k and grads$b_k): the forward pass or the loss is, before any backward"
+    )
 
 
 def test_the_first_training_step_whose_loss_goes_wrong_is_named() -> None:

@@ -84,6 +84,26 @@ def test_quiet_says_outputs_failing_with_one_message_once_and_keeps_a_localisati
     ]
 
 
+def test_quiet_gives_the_cases_localisation_to_the_outputs_no_diagnosis_explains() -> None:
+    """The judge puts a case's localisation on its outputs (judge/runner.py), not in their
+    messages: --quiet says it in full on the first undiagnosed line and "as above" after it
+    (before: a backward bug's --quiet lines had no localisation at all)."""
+    where = "along the backward pass, loss agrees; the first wrong gradient going backwards is grads$w_head"
+    outs = [_output("c3", f"grads.{n}", message="case 'c3': differs", diagnosis=d) for n, d in
+            (("w_head", ""), ("lnf_w", "it is -1 times the expected values"), ("lnf_b", ""))]  # fmt: skip
+    for o in outs:
+        o.total, o.mismatches, o.max_rel_err, o.err_over_bound, o.localisation = 4, 4, 0.5, 3e6, where
+    text = failure_details(Report([CaseResult("r", "c3", "gpt_grads", outs)]), quiet=True)
+    assert text.splitlines() == [
+        f"FAIL [r] c3 grads.w_head: worst rel err 0.5, 3e+06 x bound; localisation: {where}; "
+        "what this case tests: why it exists",
+        "FAIL [r] c3 grads.lnf_w: worst rel err 0.5, 3e+06 x bound; diagnosis: it is -1 times the expected values; "
+        "what this case tests: why it exists",
+        "FAIL [r] c3 grads.lnf_b: worst rel err 0.5, 3e+06 x bound; localisation: as above; "
+        "what this case tests: why it exists",
+    ]
+
+
 TRANSPOSED = (
     "params$w_{} is applied transposed: a square weight, so no shape error shows it (torch's nn.Linear "
     "stores out x in); R's weights are d_in x d_out"

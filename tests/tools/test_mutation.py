@@ -312,6 +312,8 @@ DIAGNOSED = {
     "r_tf_no_causal_mask": "the attention is not causal",
     "j_tf_no_causal_mask": "the attention is not causal",
     "j_tf_causal_diagonal_masked": "the causal mask leaves out the diagonal",
+    # its home cases are gpt_grads': the loss, a forward quantity, named by the one forward mistake giving it
+    "r_tf_causal_mask_excludes_self": "the causal mask leaves out the diagonal",
     "r_tf_post_norm": "the block is post-norm",
     "j_tf_post_norm": "the block is post-norm",
     "r_tf_heads_strided": "the heads are split wrongly: each head takes every H-th projected feature",
@@ -342,6 +344,10 @@ DIAGNOSED = {
     "r_gg_no_count": "times the expected values, element by element: a factor count = ",
     "j_gg_no_count": "times the expected values, element by element: a factor count = ",
     "r_lm_ignore_index_not_shifted": "ignore_index has no effect",
+    "r_lm_ignored_in_denominator": "the loss's mean is divided by every position",
+    "r_tf_ln2_on_x": "the second layer norm is applied to the block's input x",
+    "j_lm_ignored_in_denominator": "the loss's mean is divided by every position",
+    "j_tf_ln2_on_x": "the second layer norm is applied to the block's input x",
     "j_lm_ignore_dropped": "ignore_index has no effect",
 }
 
