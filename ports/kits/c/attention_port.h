@@ -106,6 +106,8 @@ int ap_serve(const ap_port *port);
 const ap_value *ap_find(const ap_call *c, const char *name);
 const ap_value *ap_array(const ap_call *c, ap_reply *r, const char *name, char elem, int ndim);
 const ap_value *ap_optional_array(const ap_call *c, ap_reply *r, const char *name, char elem, int ndim, int *bad);
+const ap_value *ap_member(const ap_value *group, const char *name);
+const ap_value *ap_group_array(const ap_call *c, ap_reply *r, const char *group, const char *member, char elem, int ndim);
 int ap_option_f64(const ap_call *c, const char *name, double *out);
 int ap_option_i64(const ap_call *c, const char *name, int64_t *out);
 void *ap_output(ap_reply *r, const char *name, char elem, int ndim, const int64_t *dims);
@@ -441,6 +443,42 @@ const ap_value *ap_array(const ap_call *c, ap_reply *r, const char *name, char e
     }
     v = ap_optional_array(c, r, name, elem, ndim, &bad);
     if (!v && !bad) ap_error(r, "%s: the required argument %s is absent", c->op, name);
+    return v;
+}
+
+/* A named group's member (a T value's item) by name; NULL when `group` is not a group or lacks it. */
+const ap_value *ap_member(const ap_value *group, const char *name) {
+    uint32_t k;
+    if (!group || group->tag != 'T') return NULL;
+    for (k = 0; k < group->n; k++)
+        if (strcmp(group->items[k].name, name) == 0) return &group->items[k];
+    return NULL;
+}
+
+/* A required array member of the named group argument `group` (the parameters of decoder_block,
+ * gpt_forward, ...), checked as ap_array checks; errors name it `group.member`. */
+const ap_value *ap_group_array(const ap_call *c, ap_reply *r, const char *group, const char *member, char elem, int ndim) {
+    const ap_value *g = ap_find(c, group), *v;
+    switch (elem) {
+    case 'F': elem = 'A'; break; case 'f': elem = 'a'; break; case 'h': elem = 'g'; break;
+    case 'b': elem = 'w'; break; case 'I': elem = 'Z'; break; case 'B': elem = 'K'; break; default: break;
+    }
+    if (!g || g->tag != 'T') {
+        ap_error(r, "%s: the required group %s is %s", c->op, group, g ? ap__tag_name(g->tag) : "absent");
+        return NULL;
+    }
+    if (!(v = ap_member(g, member))) {
+        ap_error(r, "%s: the group %s has no member %s", c->op, group, member);
+        return NULL;
+    }
+    if (v->tag != elem) {
+        ap_error(r, "%s: %s.%s is %s; this port wants %s", c->op, group, member, ap__tag_name(v->tag), ap__tag_name(elem));
+        return NULL;
+    }
+    if (ndim >= 0 && v->ndim != ndim) {
+        ap_error(r, "%s: %s.%s has %d dimensions; this port wants %d", c->op, group, member, v->ndim, ndim);
+        return NULL;
+    }
     return v;
 }
 
