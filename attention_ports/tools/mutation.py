@@ -10,7 +10,7 @@ the ordinary path (``run_suite`` with ``ports={lang: file}``), so no special tra
 **C** (issue 27, item 6): each of our C ports is a program of its own, a folder of :data:`C_PORTS`
 (its ``*.c`` and ``*.h`` sources and the ``port.toml`` that builds it). A C mutant is materialised
 as a copy of its port's folder with the one edit applied and a manifest (``mutant.toml``) whose
-build is the port's own at ``-O0`` (measured on the 25 C mutants: 0.12 CPU-s a build against
+build is the port's own at ``-O0`` (measured on the walkthrough port's 25: 0.12 CPU-s a build against
 -O1's 0.22 and -O2's 0.34, and the whole C kit 7.8 CPU-s against 9.5 at -O1; the kernels are
 small, and no bug rests on undefined behaviour, so the level changes no verdict); the run builds
 it once and runs it as a command (``--port c=mutant.toml``), like any user's C port. Its call

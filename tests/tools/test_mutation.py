@@ -7,10 +7,11 @@ pass every case. Real R and Julia through the ordinary ``--port`` path, no mocks
 run in one pass so R (in this process) overlaps the Julia workers; each mutant runs the cases of
 the operation nearest to its edit (scope "home"; ``attention-ports mutation`` prints the kill
 matrix over every operation the edit reaches). Without R or Julia the run skips locally and fails under CI=true.
-The C kit's mutants are copies of the C kit's walkthrough port, each built (-O0) and run as a
-command (--port c=...): realistic C bugs (row/column-major, strides, integer division, a float
-accumulator, off-by-one bounds, accumulators not reset, a skipped bias) and controls (a blocked
-matmul, a fused online-softmax attention kernel, other summation orders).
+The C kit's mutants are copies of our C ports (the C kit's walkthrough port, the GPT port in
+llm.c's structure), each built (-O0) and run as a command (--port c=...): realistic C bugs
+(row/column-major, strides, integer division, float accumulators, off-by-one bounds, accumulators
+not reset, a causal mask off by one, skipped biases, wrong gradients) and controls (blocked
+matmuls, a fused online-softmax attention kernel, other summation orders).
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ C_REQUIRED_CLASSES = {
     "off-by-one loop bound",
     "uninitialised accumulator",
     "skipped bias",
+    "causal off-by-one",
+    "gradient",
 }
 C_REQUIRED_CONTROLS = {"blocked matmul", "fused attention", "summation order"}
 # The bugs that exist in low precision, and the controls that round differently (issue 17, item 6).
@@ -188,6 +191,7 @@ def test_materialised_mutant_is_one_edit_of_the_whole_port(mutants: list[mutatio
 # the block's attention and norms are reached from the model, from its gradient's forward and from
 # the training loop that calls the gradient
 _R_TRANSFORMER = {"decoder_block", "gpt_forward", "gpt_grads", "gpt_train"}
+_C_TRANSFORMER = _R_TRANSFORMER  # the C GPT port's block_forward: the same four operations reach it
 
 
 @pytest.mark.parametrize(
@@ -233,6 +237,14 @@ _R_TRANSFORMER = {"decoder_block", "gpt_forward", "gpt_grads", "gpt_train"}
         ("c_k_read_column_major", {"scaled_dot_product_attention", "multi_head_attention"}),
         ("c_scale_integer_exponent", {"scaled_dot_product_attention"}),
         ("c_projection_weight_column_major", {"multi_head_attention"}),
+        # the GPT port: one attention kernel for every attention operation and the model's blocks;
+        # its backward kernels reached from gpt_grads and the training loop only
+        (
+            "c_gpt_causal_diagonal_masked",
+            {"scaled_dot_product_attention", "self_attention", "multi_head_attention"} | _C_TRANSFORMER,
+        ),
+        ("c_gpt_softmax_backward_no_rowdot", {"gpt_grads", "gpt_train"}),
+        ("c_gpt_train_grads_not_zeroed", {"gpt_train"}),
     ],
 )
 def test_reachability_follows_the_call_graph(mutants: list[mutation.Mutant], mutant_id: str, reaches: set[str]) -> None:
@@ -307,6 +319,30 @@ def test_every_c_bug_is_caught_twice_and_every_control_passes(
     mutants: list[mutation.Mutant], ckit: dict[str, mutation.MutantResult]
 ) -> None:
     _assert_caught_twice_and_controls_pass("c", mutants, ckit)
+
+
+# What the C route tells the C GPT port's bugs (judge/diagnose.py, judge/localise.py), in the
+# port's own names (grads.wte): (mutant, a line one of its failing outputs' diagnoses or
+# localisations must hold).
+C_TOLD = {
+    "c_gpt_causal_diagonal_masked": "the causal mask leaves out the diagonal",
+    "c_gpt_matmul_llmc_weight_layout": "w_q, w_k and w_v are applied transposed",
+    "c_projection_weight_column_major": "w_q, w_k, w_v and w_o are applied transposed",
+    "c_gpt_encoder_backward_assigned": "the first wrong gradient going backwards is grads.wte",
+    "c_gpt_loss_grad_integer_division": "the first wrong gradient going backwards is grads.w_head",
+}
+
+
+def test_the_c_bugs_are_told_in_the_ports_terms(ckit: dict[str, mutation.MutantResult]) -> None:
+    if not all(m in ckit for m in C_TOLD):
+        require("c", mutation.unavailable("c") or "its mutants did not run")
+    missed = {
+        m: line
+        for m, line in C_TOLD.items()
+        if not any(line in d for said in ckit[m].diagnoses.values() for _, d in said)
+        and not any(line in where for where in ckit[m].localisations.values())
+    }
+    assert not missed, missed
 
 
 def _assert_caught_twice_and_controls_pass(
