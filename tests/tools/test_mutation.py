@@ -134,23 +134,27 @@ def test_a_c_mutant_is_a_copy_of_its_port_built_at_o0_by_its_own_manifest(
     ]
 
 
-def test_a_mutant_that_no_longer_applies_is_an_error(tmp_path: Path) -> None:
-    entry = """
+@pytest.mark.parametrize(
+    ("stale_id", "file", "repeated"),
+    [("r_stale", "ports/r/R/attention.R", "<- function("), ("c_stale", "ports/kits/c/example/port.c", "double s")],
+)
+def test_a_mutant_that_no_longer_applies_is_an_error(tmp_path: Path, stale_id: str, file: str, repeated: str) -> None:
+    entry = f"""
 [[mutant]]
-id = "r_stale"
-file = "ports/r/R/attention.R"
+id = "{stale_id}"
+file = "{file}"
 class = "scale"
 description = "a find text our port no longer contains"
-find = "{find}"
+find = "{{find}}"
 replace = "whatever"
 """
-    for find, count in (("this text is not in the port", 0), ("<- function(", None)):
+    for find, count in (("this text is not in the port", 0), (repeated, None)):
         path = tmp_path / "mutants.toml"
         path.write_text(entry.replace("{find}", find))
         with pytest.raises(mutation.MutantError) as info:
             mutation.load_mutants(path)
         message = str(info.value)
-        assert "'r_stale'" in message and "ports/r/R/attention.R" in message and "exactly once" in message
+        assert f"'{stale_id}'" in message and file in message and "exactly once" in message
         if count is not None:
             assert f"occurs {count} times" in message
 
@@ -160,9 +164,12 @@ def test_bad_entries_are_refused(tmp_path: Path) -> None:
     good = 'find = "    scores = (k\' * q) .* s"\nreplace = "    scores = (k\' * q)"\n'
     r_base = 'id = "r_x"\nfile = "ports/r/R/attention.R"\nclass = "scale"\ndescription = "d"\n'
     r_good = 'find = ".default_scale <- function(d_k) 1 / sqrt(d_k)"\nreplace = ".default_scale <- function(d_k) 1"\n'
+    c_base = 'id = "c_x"\nfile = "ports/kits/c/example/port.c"\nclass = "scale"\ndescription = "d"\n'
+    c_good = 'find = "            s *= scale;"\nreplace = ""\n'
     for body, message in [
         (base + good + 'equivalent = true\nexpect = "killed"\n', "equivalent mutant must be expected to pass"),
         (r_base + r_good + 'precisions = ["float32"]\n', "R computes in double only"),
+        (c_base + c_good + 'precisions = ["float32"]\n', "our C ports in the float64 they declare"),
         (base + good + 'precisions = ["float16"]\n', "cannot be judged in"),
         (base + good + 'expect_in = { float32 = "killed" }\n', "expect_in maps"),
         (base + good + 'precisions = ["float64"]\nexpect_in = { float32 = "passes" }\n', "expect_in maps"),
