@@ -76,6 +76,7 @@ def render(path_hint: str, manifest: str) -> str:
             lines.append(f"//   {a}: {_shape(spec.name, a)}")
         for group, members in spec.groups.items():
             lines.append(f"//   {group}: a group (AP_GROUP) of {', '.join(members)}, each shaped like its parameter")
+            lines.append(f'//     (a member: ap_group_array(c, r, "{group}", "{members[0]}", AP_F64_ARRAY, -1), ...)')
         for o in spec.positional_options:
             lines.append(f"//   {o}: {skeleton.OPTIONS[o][0]}")
         for k in spec.kwargs:

@@ -624,7 +624,8 @@ static void gpt_update(GPT *model, double lr, double beta1, double beta2, double
 static const char *const GPT_PARAMS[] = {"wte", "wpe", "ln1_w", "ln1_b", "w_q", "b_q", "w_k", "b_k",
                                          "w_v", "b_v", "w_o", "b_o", "ln2_w", "ln2_b", "w_1", "b_1",
                                          "w_2", "b_2", "lnf_w", "lnf_b", "w_head", NULL};
-static const char *const *const BLOCK_PARAMS = GPT_PARAMS + 2; /* ln1_w .. b_2, then lnf_w: see below */
+#define NUM_GPT_PARAMS 21
+static const char *const *const BLOCK_PARAMS = GPT_PARAMS + 2; /* decoder_block's: ln1_w .. b_2 */
 #define NUM_BLOCK_PARAMS 16
 
 /* The tensor holding the contract's parameter `name`; for w_q, w_k, w_v (b_q, b_k, b_v) *part says
@@ -1021,9 +1022,8 @@ static int op_feed_forward(ap_call *c, ap_reply *r) {
     C = (int)x->dims[1];
     F = (int)w1->dims[1];
     if (w1->dims[0] != C || w2->dims[0] != F || w2->dims[1] != C)
-        return ap_error(r, "feed_forward: w_1 must be %d x d_ff and w_2 d_ff x %d; got %s and %s", C, C,
-                        shape_text(2, w1->dims), "w_2's");
-    if (!ap_array(c, r, "b_1", REAL_ARRAY, 1) || !ap_array(c, r, "b_2", REAL_ARRAY, 1)) return AP_ERROR;
+        return ap_error(r, "feed_forward: w_1 must be %d x d_ff and w_2 d_ff x %d (d_ff = %d: w_1's columns)", C, C, F);
+    if (!ap_array(c, r, "b_1", REAL_ARRAY, 1) || !ap_array(c, r, "b_2", REAL_ARRAY, 1)) return AP_ERROR; /* required */
     if (read_bias(c, r, "b_1", F, &b1) || read_bias(c, r, "b_2", C, &b2) || read_approximate(c, r, &tanh_form)) return AP_ERROR;
     fch = alloc_real((size_t)T * F);
     fch_gelu = alloc_real((size_t)T * F);
@@ -1082,7 +1082,7 @@ static int read_gpt(ap_call *c, ap_reply *r, GPT *model) {
     model->eps = read_eps(c);
     gpt_build(model, cfg, T);
     model->tokens = (const int64_t *)tokens->data;
-    return read_parameters(c, r, model, GPT_PARAMS, NUM_PARAMETER_TENSORS + 4, 1);
+    return read_parameters(c, r, model, GPT_PARAMS, NUM_GPT_PARAMS, 1);
 }
 
 static int op_gpt_forward(ap_call *c, ap_reply *r) {
@@ -1104,7 +1104,7 @@ static int op_gpt_grads(ap_call *c, ap_reply *r) {
     gpt_zero_grad(&model);
     gpt_backward(&model);
     *(real *)ap_output(r, "loss", REAL_ARRAY, 0, NULL) = model.mean_loss;
-    write_parameters(r, "grads", &model.grads, model.config, GPT_PARAMS, NUM_PARAMETER_TENSORS + 4, 1);
+    write_parameters(r, "grads", &model.grads, model.config, GPT_PARAMS, NUM_GPT_PARAMS, 1);
     return AP_OK;
 }
 
@@ -1129,7 +1129,7 @@ static int op_gpt_train(ap_call *c, ap_reply *r) {
         losses[step - 1] = model.mean_loss;
         gpt_update(&model, lr, beta1, beta2, ADAM_EPS, weight_decay, step);
     }
-    write_parameters(r, "params", &model.params, model.config, GPT_PARAMS, NUM_PARAMETER_TENSORS + 4, 1);
+    write_parameters(r, "params", &model.params, model.config, GPT_PARAMS, NUM_GPT_PARAMS, 1);
     return AP_OK;
 }
 

@@ -24,6 +24,11 @@
  * $ATTENTION_PORTS_WORKER_FDS); stdout and stderr are yours: print freely, they are captured and
  * shown with the case that printed them.
  *
+ * A named group (the `params` of decoder_block, gpt_forward, ...) arrives as one argument; read each
+ * member with ap_group_array(c, r, "params", "w_q", AP_F64_ARRAY, 2). A 0-D index (ignore_index)
+ * comes as an integer (AP_I64) today: take that and a 0-D AP_I64_ARRAY both, as ports/c/gpt.c (a
+ * whole GPT-2 on this header) does.
+ *
  * Memory: every value of a call and every output lives until the reply is sent, then is freed.
  * Errors: return ap_error(r, "fmt", ...) from an operation; it becomes that case's error with your
  * message. A crash, an exit or a hang ends only this process: the suite reports that case and
