@@ -973,6 +973,8 @@ def _check_row_shift(ctx: Context) -> str:
     for late in (True, False):
         lo_a, hi_a, lo_e, hi_e = (0, n - 1, 1, n) if late else (1, n, 0, n - 1)
         candidate, cand_bound, actual = rows(e, lo_e, hi_e), rows(b, lo_e, hi_e), rows(a, lo_a, hi_a)
+        if not np.any(np.abs(candidate) > cand_bound):
+            continue  # the shifted rows are all zero: any zero output "fits" them (an all-zero gradient)
         if _fits_exact(candidate, actual, cand_bound) and _separates(
             candidate, actual, rows(e, lo_a, hi_a), rows(b, lo_a, hi_a)
         ):

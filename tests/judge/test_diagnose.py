@@ -198,6 +198,14 @@ def test_a_0_based_ports_queries_and_rows_are_counted_from_0() -> None:
     )
 
 
+def test_an_all_zero_output_is_not_told_it_is_shifted() -> None:
+    """One token: grads.wpe's rows 1..3 are zero; a port whose wpe gradient is all zero (its backward
+    never reached the embeddings) matched "row i holds what row i+1 should" on zeros alone."""
+    c = case("gpt_grads_one_token")
+    zeros = np.zeros_like(expected(c, "grads.wpe"))
+    assert "off by one" not in diagnose.explain(c, "grads.wpe", zeros, PortView("C", "grads.wpe", None, base=0))
+
+
 def test_wrong_only_where_the_mask_acts_is_localised() -> None:
     c = case("sdpa_causal_additive")  # the last query's mask row is all zeros: untouched
     out = expected(c, "output").copy()
