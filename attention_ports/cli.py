@@ -350,11 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
     cov.add_argument("--readme", type=Path, default=None, help="rewrite the generated block of this page instead")
     cov.add_argument("--check", action="store_true", help="exit 1 if a cell has fewer than 2 cases")
 
-    mut = sub.add_parser("mutation", help="run the mutation kit: single-bug variants of our R and Julia ports")
-    mut.add_argument("--lang", action="append", choices=["r", "julia"], help="language (repeatable; default: both)")
+    mut = sub.add_parser("mutation", help="run the mutation kit: single-bug variants of our R, Julia and C ports")
+    mut.add_argument("--lang", action="append", choices=["r", "julia", "c"], help="language (repeatable; default: all)")
     mut.add_argument("--mutant", action="append", default=[], help="mutant id or glob (repeatable; default: all)")
     mut.add_argument("--dir", type=Path, default=REPO_FIXTURES, help="fixture folder")
-    mut.add_argument("--jobs", type=int, default=None, help="Julia mutants run at once (default: CPU count, max 4)")
+    mut.add_argument("--jobs", type=int, default=None, help="mutants run at once (default: CPU count, max 4)")
     mut.add_argument("--json", type=Path, default=None, help="write every mutant's kill row (mutant x case) here")
     mut.add_argument(
         "--scope",
@@ -612,10 +612,9 @@ def cmd_mutation(args: argparse.Namespace) -> int:
         if not chosen:
             return 2
     for lang in sorted({m.lang for m in chosen}):
-        try:  # a runtime that cannot start would "kill" every mutant: refuse instead
-            registry.create(lang).close()
-        except Exception as exc:
-            print(f"attention-ports: {lang} is unavailable, cannot run its mutants: {exc}", file=sys.stderr)
+        why = mutation.unavailable(lang)  # a runtime that cannot start would "kill" every mutant: refuse instead
+        if why:
+            print(f"attention-ports: {lang} is unavailable, cannot run its mutants: {why}", file=sys.stderr)
             return 2
     jobs = args.jobs or min(4, os.cpu_count() or 1)
 

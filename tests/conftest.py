@@ -36,10 +36,14 @@ settings.load_profile("ci" if in_ci() else "dev")
 # over measured durations: the probes built twice in every run, the float32 kit in 96 of 100, the
 # float64 kit in 7). Grouped, the tests sharing one fixture run on one worker; a group is dealt out
 # before the single tests, so these long ones start early rather than at the tail. One group per
-# fixture, not per module: the two mutation kits are independent, so they may run side by side.
+# fixture, not per module: the three mutation kits are independent, so they may run side by side.
 SHARED_MODULE_FIXTURES = {
     "tests/fixtures/test_bytes.py": {"probes": "the four CPU probes"},
-    "tests/tools/test_mutation.py": {"kit": "the mutation kit in float64", "kit32": "the mutation kit in float32"},
+    "tests/tools/test_mutation.py": {
+        "kit": "the mutation kit in float64",
+        "kit32": "the mutation kit in float32",
+        "ckit": "the mutation kit in C",
+    },
     "tests/runtimes/command/test_command.py": {"rust_port": "the Rust kit's port, compiled (~3 s)"},
 }
 

@@ -165,6 +165,12 @@ def _mutation_controls() -> int:
     return sum(m.expect == "passes" for m in mutation.load_mutants() if "float64" in m.precisions)  # the float64 kit
 
 
+def _c_kit_cases() -> tuple[int, int]:
+    entries = list(fixtures.iter_entries(REPO_FIXTURES))
+    mine = [m for m in mutation.load_mutants() if m.lang == "c"]
+    return len(mine), sum(len(mutation.cases_for(m, entries, "home")) for m in mine)
+
+
 @dataclass(frozen=True)
 class Figure:
     page: str
@@ -208,6 +214,8 @@ FIGURES = [
         lambda: (_ops()["softmax"], sum(_ops().values()), sum(_ops().values()) - _ops()["softmax"]),
     ),
     Figure("docs/truth-and-bounds.md", r"the mutation kit's (\d+) controls", lambda: (_mutation_controls(),)),
+    # the C kit as make test runs it (scope "home"): its mutants and the cases they run
+    Figure("docs/generated-cases-and-mutation.md", r"(\d+) mutants, (\d+) cases, about", lambda: _c_kit_cases()),
     # the float32 tier: its applicable cases of the catalogue's (every operation), and the training
     # steps among them (fixtures/precision/float32/manifest.json)
     Figure(

@@ -154,8 +154,8 @@ class Context:
         return self.view.name if self.view is not None else self.output
 
     def queries(self, rows: list[int]) -> str:
-        """Query positions as the port counts them."""
-        shown = ", ".join(str(i + (1 if self.view is not None else 0)) for i in rows[:8])
+        """Query positions as the port counts them (its index base: R's and Julia's 1, C's 0)."""
+        shown = ", ".join(str(i + (self.view.base if self.view is not None else 0)) for i in rows[:8])
         more = f" and {len(rows) - 8} more" if len(rows) > 8 else ""
         word = "query" if len(rows) == 1 else "queries"
         return f"{word} {shown}{more}" + ("" if self.view is not None else " (0-based)")
@@ -974,11 +974,13 @@ def _check_row_shift(ctx: Context) -> str:
     if _fits_exact(rows(e, 0, n - 1), rows(e, 1, n), rows(b, 0, n - 1)):
         return ""  # neighbouring queries agree anyway: a shift proves nothing
     word = ctx.port_axis_word(axis)
-    base = 1 if ctx.view is not None else 0
+    base = ctx.view.base if ctx.view is not None else 0  # as the port counts (R and Julia from 1, C from 0)
     unit = ops.AXIS_NAMES[ctx.role][axis] if ctx.role in _NOT_QUERIES else "query"
     for late in (True, False):
         lo_a, hi_a, lo_e, hi_e = (0, n - 1, 1, n) if late else (1, n, 0, n - 1)
         candidate, cand_bound, actual = rows(e, lo_e, hi_e), rows(b, lo_e, hi_e), rows(a, lo_a, hi_a)
+        if not np.any(np.abs(candidate) > cand_bound):
+            continue  # the shifted rows are all zero: any zero output "fits" them (an all-zero gradient)
         if _fits_exact(candidate, actual, cand_bound) and _separates(
             candidate, actual, rows(e, lo_a, hi_a), rows(b, lo_a, hi_a)
         ):

@@ -1,4 +1,4 @@
-"""The mutation kit: proof that the cases catch realistic porting bugs in our own R and Julia ports.
+"""The mutation kit: proof that the cases catch realistic porting bugs in our own R, Julia and C ports.
 
 ``attention_ports/tools/mutants.toml`` declares single-bug variants of our port sources as exact textual
 edits. A mutant is materialised by applying its one edit to its file (the text to find must occur
@@ -6,6 +6,17 @@ exactly once, so a change of our port that invalidates a mutant is an error nami
 silently unmutated run) and concatenating every source file of that language, in name order, into
 one port file in a temporary folder: exactly what a user hands to ``--port``. It then runs through
 the ordinary path (``run_suite`` with ``ports={lang: file}``), so no special transport is involved.
+
+**C** (issue 27, item 6): each of our C ports is a program of its own, a folder of :data:`C_PORTS`
+(its ``*.c`` and ``*.h`` sources and the ``port.toml`` that builds it). A C mutant is materialised
+as a copy of its port's folder with the one edit applied and a manifest (``mutant.toml``) whose
+build is the port's own at ``-O0`` (measured on the walkthrough port's 25: 0.12 CPU-s a build against
+-O1's 0.22 and -O2's 0.34, and the whole C kit 7.8 CPU-s against 9.5 at -O1; the kernels are
+small, and no bug rests on undefined behaviour, so the level changes no verdict); the run builds
+it once and runs it as a command (``--port c=mutant.toml``), like any user's C port. Its call
+graph is the folder's top-level functions; an operation's entry is the function its ``ap_op``
+table names (``{"scaled_dot_product_attention", sdpa}``), and an edit of the table, of ``main``
+or outside any function reaches every operation.
 
 Which cases a mutant runs is read from a call graph of the port's top-level definitions (a
 definition "calls" every other top-level name that appears in its code: over-approximate, never
@@ -16,7 +27,8 @@ function is reachable; the others would pass exactly as the unmutated port does,
 loses nothing. Scope "home" (the test suite's, to keep ``make test`` fast: a Julia worker compiles
 each operation once per mutant, ~1-2 s each): only the nearest reaching operation (ties: the first
 in contract order) plus the mutant's ``killed_in`` operations. Either way softmax's cheap cases are
-added as a load witness (scaled dot-product attention's for a mutant of softmax itself).
+added as a load witness (scaled dot-product attention's for a mutant of softmax itself; a C port
+implementing neither: its first operation's).
 
 A bug ("killed" expected) must fail or error on at least ``MIN_KILLS`` cases and pass at least one
 (it loaded and is a single bug, not a broken file); a control ("passes") must pass every case.
@@ -25,9 +37,9 @@ A bug ("killed" expected) must fail or error on at least ``MIN_KILLS`` cases and
 to (``precisions`` narrows it): float64 on the main fixtures, and, for a Julia mutant whose edit
 reaches an operation the kit judges in a lower tier (:data:`KIT_TIERS`), that tier, the mutated port run
 in that format (``runtimes.precision.create``, as ``verify --precision`` runs it). R computes in
-double only, so its mutants are judged at float64. ``expect_in`` states an expectation that differs
-by precision (a Float32 literal is no bug in a Float32 computation); ``killed_in`` counts, in a
-lower tier, only the operations that tier holds.
+double only, so its mutants are judged at float64; so are C's (our C ports declare float64).
+``expect_in`` states an expectation that differs by precision (a Float32 literal is no bug in a
+Float32 computation); ``killed_in`` counts, in a lower tier, only the operations that tier holds.
 """
 
 from __future__ import annotations
@@ -35,8 +47,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import json
 import queue
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -60,17 +74,22 @@ from attention_ports.spec import precision as formats
 REPO = paths.ASSET_ROOT  # holds ports/ (our R and Julia ports) in a checkout and in a wheel
 MUTANTS_FILE = Path(__file__).resolve().parent / "mutants.toml"
 MIN_KILLS = 2
-LANGS = ("r", "julia")
+LANGS = ("r", "julia", "c")
 SOURCES = {"r": ("ports/r/R", "*.R"), "julia": ("ports/julia/src", "*.jl")}
-SUFFIX = {"r": ".R", "julia": ".jl"}
+SUFFIX = {"r": ".R", "julia": ".jl", "c": ".c"}
+# Our C ports: each folder a program (its sources and the port.toml that builds it), those present.
+C_PORTS = ("ports/kits/c/example", "ports/c")
+C_SOURCES = ("*.c", "*.h")
+C_OPT = "-O0"  # a mutant's build: the port's own flags, but this optimisation level (its cost: above)
 # Load witnesses: the first of these the chosen operations lack is added (softmax's cases are the
 # cheapest; a mutant of softmax itself gets scaled dot-product attention's, whose 1 x 1 case any
 # softmax gets right).
 WITNESS_OPS = ("softmax", "scaled_dot_product_attention")
 EXPECTATIONS = ("killed", "passes")
-# Runtimes that can serve several ports at once from threads: each R and each Julia port is its own
-# supervised worker process (attention_ports/runtimes/supervisor.py).
-PARALLEL = {"julia", "r"}
+# Runtimes that can serve several ports at once from threads: each R, Julia and C port is its own
+# supervised worker process (attention_ports/runtimes/supervisor.py); a C mutant's build (a compiler
+# process) overlaps the other thread's judging.
+PARALLEL = {"julia", "r", "c"}
 
 # Where the kit judges below float64 (issue 17, item 6): float32, on the attention kernel's
 # operations, where the low-precision bugs live (a softmax without its maximum overflowing at 88.7,
@@ -192,7 +211,10 @@ def _with_precisions(mutant: Mutant, entry: dict[str, Any], where: str, repo: Pa
         raise MutantError(f"{where}: precisions is a non-empty list of {', '.join(formats.FORMATS)}")
     beyond = [p for p in precisions if p not in applicable]
     if beyond:
-        why = "R computes in double only" if mutant.lang == "r" else f"the edit reaches none of the kit's {KIT_TIERS}"
+        why = {
+            "r": "R computes in double only",
+            "c": "the kit judges our C ports in the float64 they declare",
+        }.get(mutant.lang, f"the edit reaches none of the kit's {KIT_TIERS}")
         raise MutantError(f"{where}: cannot be judged in {beyond} ({why}); it applies to {list(applicable)}")
     expect_in = entry.get("expect_in", {})
     if not isinstance(expect_in, dict) or not all(
@@ -219,12 +241,34 @@ def mutated_source(mutant: Mutant, repo: Path = REPO) -> str:
 
 
 def source_files(lang: str, repo: Path = REPO) -> list[Path]:
+    """Every source of our ports in ``lang`` (for C: of every C port present)."""
+    if lang == "c":
+        return [p for folder in C_PORTS for p in unit_files(lang, folder, repo)]
     folder, pattern = SOURCES[lang]
     return sorted((repo / folder).glob(pattern))
 
 
+def unit_of(lang: str, file: str) -> str:
+    """The folder of the one program ``file`` belongs to: R's and Julia's port is one program per
+    language; each C port is its own (a folder of :data:`C_PORTS`)."""
+    if lang != "c":
+        return SOURCES[lang][0]
+    return next(folder for folder in C_PORTS if file.startswith(folder + "/"))
+
+
+def unit_files(lang: str, unit: str, repo: Path = REPO) -> list[Path]:
+    """The sources of the program in ``unit`` (a C port's: its folder's, sub-folders included)."""
+    if lang != "c":
+        return source_files(lang, repo)
+    folder = repo / unit
+    return sorted(p for pattern in C_SOURCES for p in folder.rglob(pattern)) if folder.is_dir() else []
+
+
 def materialise(mutant: Mutant, out_dir: Path, repo: Path = REPO) -> Path:
-    """Write the mutated port as one file (every source of the language, in name order)."""
+    """Write the mutated port as one file (every source of the language, in name order); a C
+    mutant as a copy of its port's folder and the manifest that builds and runs it (returned)."""
+    if mutant.lang == "c":
+        return _materialise_c(mutant, out_dir, repo)
     parts = [
         f"# MUTANT {mutant.id} (attention_ports/tools/mutants.toml): {mutant.description}\n"
         f"# One edit in {mutant.file}; every other source of our {mutant.lang} port follows unchanged.\n"
@@ -236,6 +280,51 @@ def materialise(mutant: Mutant, out_dir: Path, repo: Path = REPO) -> Path:
     out = out_dir / f"{mutant.id}{SUFFIX[mutant.lang]}"
     out.write_text("\n".join(parts))
     return out
+
+
+def _materialise_c(mutant: Mutant, out_dir: Path, repo: Path) -> Path:
+    unit = unit_of(mutant.lang, mutant.file)
+    original = repo / unit
+    folder = out_dir / mutant.id
+    for path in unit_files(mutant.lang, unit, repo):
+        rel = path.relative_to(repo).as_posix()
+        target = folder / path.relative_to(original)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if rel == mutant.file:
+            said = f"{mutant.id} (attention_ports/tools/mutants.toml): {mutant.description}".replace("*/", "* /")
+            target.write_text(
+                f"/* MUTANT {said}; one edit, every other line as in {rel}. */\n{mutated_source(mutant, repo)}"
+            )
+        else:
+            target.write_text(path.read_text())
+    language, command, build = _c_manifest(original)
+    manifest = folder / "mutant.toml"
+    manifest.write_text(
+        f"# MUTANT {mutant.id}: {unit}'s port with one edit, built at {C_OPT}\n"
+        f"language = {json.dumps(language)}\ncommand = {json.dumps(command)}\nbuild = {json.dumps(build)}\n"
+    )
+    return manifest
+
+
+def _c_manifest(original: Path) -> tuple[str, list[str], list[str]]:
+    """The C port's own port.toml, its build at :data:`C_OPT`, include paths outside its folder made
+    absolute (the copy sits elsewhere; its own files, and any edited header, are in the copy)."""
+    where = original / "port.toml"
+    try:
+        raw = tomllib.loads(where.read_text())
+        command, build = list(raw["command"]), list(raw["build"])
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+        raise MutantError(f"{where}: our C port's manifest has no command and build: {exc}") from exc
+    out = []
+    for arg in build:
+        if re.fullmatch(r"-O[0-3sgz]?|-Ofast", arg):
+            arg = C_OPT
+        elif arg.startswith("-I") and not Path(arg[2:]).is_absolute():
+            inside = (original / arg[2:]).resolve()
+            if not inside.is_relative_to(original.resolve()):
+                arg = f"-I{inside}"
+        out.append(arg)
+    return str(raw.get("language", "c")), command, out
 
 
 # ---------------------------------------------------------------- which operations a mutant reaches
@@ -278,7 +367,10 @@ def code_only(text: str, lang: str) -> str:
     end of the line; Julia's ``#`` likewise, its ``#= ... =#`` blocks (nested) and the text of its
     top-level docstrings (a ``\"\"\"`` at the start of a line). A ``#`` inside a string (R: quotes,
     backticks, raw strings; Julia: strings, characters, commands) is text, not a comment; strings
-    are kept (``do.call("softmax", ...)`` is a call)."""
+    are kept (``do.call("softmax", ...)`` is a call). C: ``/* ... */`` and ``//`` comments, outside
+    strings and character literals."""
+    if lang == "c":
+        return _c_code_only(text)
     chars, i, n = list(text), 0, len(text)
     while i < n:
         c = text[i]
@@ -328,6 +420,34 @@ def code_only(text: str, lang: str) -> str:
     return "".join(chars)
 
 
+def _c_code_only(text: str) -> str:
+    chars, i, n = list(text), 0, len(text)
+    while i < n:
+        if text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            _blank(chars, i, end)
+            i = end
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            _blank(chars, i, end)
+            i = end
+        elif text[i] in "\"'":
+            i = _quoted_end(text, i, text[i])
+        else:
+            i += 1
+    return "".join(chars)
+
+
+# A C definition at the start of a line: a function (or its prototype) or a table, `static const
+# ap_op OPS[] = {`; its type words before the name (none for a K&R-style return type on the line above).
+_C_DEF = re.compile(r"^(?:[A-Za-z_]\w*[ \t*]+)*\**([A-Za-z_]\w*)[ \t]*(?:\(|\[[^\]\n]*\][ \t]*=)", re.M)
+# An operation's entry in a C port's ap_op table: {"scaled_dot_product_attention", sdpa}
+_C_ENTRY = re.compile(r"\{\s*\"([a-z_][a-z0-9_]*)\"\s*,\s*&?([A-Za-z_]\w*)\s*\}")
+_C_ROOTS = {"main"}  # a C program's start: it builds the declaration (ap_port) and serves every operation
+
+
 @dataclass(frozen=True)
 class Definition:
     name: str | None  # None: a region that defines nothing (a docstring, the file header)
@@ -337,13 +457,14 @@ class Definition:
     text: str
 
 
-def definitions(lang: str, repo: Path = REPO) -> list[Definition]:
-    """Top-level definitions of the port, each with its code (``code_only``) up to the next one."""
+def definitions(lang: str, repo: Path = REPO, unit: str | None = None) -> list[Definition]:
+    """Top-level definitions of the port (of the C port in folder ``unit``), each with its code
+    (``code_only``) up to the next one."""
     out = []
-    for path in source_files(lang, repo):
+    for path in unit_files(lang, unit, repo) if unit else source_files(lang, repo):
         rel = path.relative_to(repo).as_posix()
         text = code_only(path.read_text(), lang)  # same offsets as the file: a mutant's edit is found
-        pattern = _R_DEF if lang == "r" else _JL_DEF
+        pattern = {"r": _R_DEF, "julia": _JL_DEF, "c": _C_DEF}[lang]
         starts = [(0, None)]
         for m in pattern.finditer(text):
             starts.append((m.start(), next((g for g in m.groups() if g), None)))
@@ -355,13 +476,21 @@ def definitions(lang: str, repo: Path = REPO) -> list[Definition]:
 
 
 def _word(name: str, lang: str) -> re.Pattern[str]:
-    chars = r"\w." if lang == "r" else r"\w!"
+    chars = {"r": r"\w.", "julia": r"\w!", "c": r"\w"}[lang]
     return re.compile(rf"(?<![{chars}]){re.escape(name)}(?![{chars}])")
 
 
+@dataclass(frozen=True)
+class CallGraph:
+    defs: tuple[Definition, ...]
+    calls: dict[str, frozenset[str]]  # definition -> the other definitions its code names
+    entries: dict[str, str]  # contract operation -> the definition that implements it
+    roots: frozenset[str]  # definitions whose edit reaches every operation (a declaration, C's main)
+
+
 @functools.cache
-def _call_graph(lang: str, repo: Path) -> tuple[tuple[Definition, ...], dict[str, frozenset[str]]]:
-    defs = tuple(definitions(lang, repo))
+def _call_graph(lang: str, repo: Path, unit: str) -> CallGraph:
+    defs = tuple(definitions(lang, repo, unit if lang == "c" else None))
     named = {d.name for d in defs if d.name}
     calls: dict[str, set[str]] = {}
     for d in defs:
@@ -369,23 +498,33 @@ def _call_graph(lang: str, repo: Path) -> tuple[tuple[Definition, ...], dict[str
             calls.setdefault(d.name, set()).update(
                 other for other in named if other != d.name and _word(other, lang).search(d.text)
             )
-    return defs, {name: frozenset(callees) for name, callees in calls.items()}
+    if lang != "c":  # R and Julia: an operation is the function of its name
+        entries = {op: op for op in ops.OPS if op in calls}
+        roots = {DECLARATION}
+    else:  # C: the function the ap_op table names; the table is read by main, never "called"
+        tables = {d.name: dict(_C_ENTRY.findall(d.text)) for d in defs if d.name and _C_ENTRY.search(d.text)}
+        entries = {op: fn for table in tables.values() for op, fn in table.items() if op in ops.OPS and fn in calls}
+        roots = _C_ROOTS | set(tables)
+    return CallGraph(defs, {n: frozenset(c) for n, c in calls.items()}, entries, frozenset(roots))
 
 
 def op_distances(mutant: Mutant, repo: Path = REPO) -> dict[str, int]:
     """Each contract operation that reaches the edited definition, with the number of calls between."""
-    defs, calls = _call_graph(mutant.lang, repo)
+    graph = _call_graph(mutant.lang, repo, unit_of(mutant.lang, mutant.file))
+    calls = graph.calls
     source = (repo / mutant.file).read_text()
     at = source.index(mutant.find)
-    edited = next(d for d in defs if d.file == mutant.file and d.start <= at < d.end)
-    present = [op for op in ops.OPS if op in calls]
+    edited = next(d for d in graph.defs if d.file == mutant.file and d.start <= at < d.end)
+    present = [op for op in ops.OPS if op in graph.entries]
     # outside any definition, or in the port's declaration (read by the harness, never called: its
-    # fields decide how operations are called and judged, e.g. rope_pairing): it reaches everything
-    if edited.name is None or edited.name == DECLARATION:
+    # fields decide how operations are called and judged, e.g. rope_pairing; C's main and ap_op
+    # table): it reaches everything
+    if edited.name is None or edited.name in graph.roots:
         return {op: 0 for op in present}
     out = {}
-    for op in present:  # breadth first from the operation down its callees
-        depth, frontier, seen = 0, {op}, {op}
+    for op in present:  # breadth first from the operation's definition down its callees
+        entry = graph.entries[op]
+        depth, frontier, seen = 0, {entry}, {entry}
         while frontier and edited.name not in frontier:
             frontier = {c for name in frontier for c in calls.get(name, ()) if c not in seen}
             seen |= frontier
@@ -428,7 +567,12 @@ def cases_for(
     chosen = reachable_ops(mutant, repo) if scope == "reachable" else home_ops(mutant, repo, precision)
     if precision != formats.DEFAULT:
         chosen &= set(KIT_TIERS[precision])
-    chosen = chosen | {next((op for op in WITNESS_OPS if op not in chosen), WITNESS_OPS[0])}
+    # the witness: an operation the mutant's program implements (each C port is a program of its own)
+    implemented = [
+        op for op in ops.OPS if op in _call_graph(mutant.lang, repo, unit_of(mutant.lang, mutant.file)).entries
+    ]
+    witnesses = [op for op in WITNESS_OPS if op in implemented] or implemented[:1]
+    chosen = chosen | {next((op for op in witnesses if op not in chosen), witnesses[0])}
     return [e["id"] for e in entries if e["op"] in chosen]
 
 
@@ -611,6 +755,18 @@ def _run_mutant(
 
 
 Progress = Callable[[MutantResult, int, int], None]
+
+
+def unavailable(lang: str) -> str | None:
+    """Why ``lang``'s mutants cannot run on this machine (its runtime cannot start, no C compiler);
+    None where they can. A runtime that cannot start would "kill" every mutant."""
+    if lang == "c":
+        return None if shutil.which("cc") else "no C compiler (cc) on PATH: attention-ports setup c"
+    try:
+        registry.create(lang).close()
+    except ImplementationUnavailable as exc:
+        return str(exc)
+    return None
 
 
 def run_kit(

@@ -183,6 +183,29 @@ def test_a_shift_by_one_query_is_named_in_the_ports_axis() -> None:
     )
 
 
+def test_a_0_based_ports_queries_and_rows_are_counted_from_0() -> None:
+    """A C port (index_base 0) is told its queries and rows as it counts them (before: from 1, as R)."""
+    c_view = PortView("C", "output", Role.TOKENS, base=0)
+    c = case("sdpa_fully_masked_row")  # query 2 (0-based) sees no key
+    theirs = truth.compute(c.op, c.inputs, c.options, masked_query="nan")
+    line = diagnose.explain(c, "weights", theirs["weights"][0], PortView("C", "weights", Role.SCORES, base=0))
+    assert line.startswith("wrong only in the query 2, whose mask removes every key"), line
+    c = case("sdpa_L16_d16")
+    out = expected(c, "output")
+    shifted = np.concatenate([out[1:], out[-1:]])
+    assert diagnose.explain(c, "output", shifted, c_view).startswith(
+        "off by one query: row i of output holds what row i+1 should (rows 0..14)"
+    )
+
+
+def test_an_all_zero_output_is_not_told_it_is_shifted() -> None:
+    """One token: grads.wpe's rows 1..3 are zero; a port whose wpe gradient is all zero (its backward
+    never reached the embeddings) matched "row i holds what row i+1 should" on zeros alone."""
+    c = case("gpt_grads_one_token")
+    zeros = np.zeros_like(expected(c, "grads.wpe"))
+    assert "off by one" not in diagnose.explain(c, "grads.wpe", zeros, PortView("C", "grads.wpe", None, base=0))
+
+
 def test_wrong_only_where_the_mask_acts_is_localised() -> None:
     c = case("sdpa_causal_additive")  # the last query's mask row is all zeros: untouched
     out = expected(c, "output").copy()

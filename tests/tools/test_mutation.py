@@ -1,12 +1,17 @@
-"""The mutation kit proves the suite's catch power on our own ports (issue 9, item 3).
+"""The mutation kit proves the suite's catch power on our own ports (issue 9, item 3; C: issue 27, item 6).
 
-Every realistic single bug planted in our R or Julia port (attention_ports/tools/mutants.toml) must fail
+Every realistic single bug planted in our R, Julia or C port (attention_ports/tools/mutants.toml) must fail
 or error on at least two fixture cases (and, where a mutant names operations in ``killed_in``, on
 two cases of each), and every control (a 1e-14 perturbation, mathematically equivalent edits) must
 pass every case. Real R and Julia through the ordinary ``--port`` path, no mocks. Both languages
 run in one pass so R (in this process) overlaps the Julia workers; each mutant runs the cases of
 the operation nearest to its edit (scope "home"; ``attention-ports mutation`` prints the kill
 matrix over every operation the edit reaches). Without R or Julia the run skips locally and fails under CI=true.
+The C kit's mutants are copies of our C ports (the C kit's walkthrough port, the GPT port in
+llm.c's structure), each built (-O0) and run as a command (--port c=...): realistic C bugs
+(row/column-major, strides, integer division, float accumulators, off-by-one bounds, accumulators
+not reset, a causal mask off by one, skipped biases, wrong gradients) and controls (blocked
+matmuls, a fused online-softmax attention kernel, other summation orders).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from attention_ports.core import paths
 from attention_ports.fixtures import store as fixtures
@@ -49,6 +55,21 @@ REQUIRED_CLASSES = {
     "1e-9 perturbation",
 }
 MIN_BUGS_PER_LANG = 30
+# The R and Julia kits hold every class above; the C kit (issue 27, item 6) its own.
+RJ = ("r", "julia")
+C_MIN_BUGS = 15
+C_REQUIRED_CLASSES = {
+    "row/column-major",
+    "stride",
+    "integer division",
+    "float accumulator",
+    "off-by-one loop bound",
+    "uninitialised accumulator",
+    "skipped bias",
+    "causal off-by-one",
+    "gradient",
+}
+C_REQUIRED_CONTROLS = {"blocked matmul", "fused attention", "summation order"}
 # The bugs that exist in low precision, and the controls that round differently (issue 17, item 6).
 REQUIRED_CLASSES_FLOAT32 = {
     "stability",
@@ -66,7 +87,7 @@ def mutants() -> list[mutation.Mutant]:
 
 
 def test_the_kit_is_complete(mutants: list[mutation.Mutant]) -> None:
-    for lang in mutation.LANGS:
+    for lang in RJ:
         mine = [m for m in mutants if m.lang == lang]
         bugs = [m for m in mine if m.expect == "killed"]
         assert len(bugs) >= MIN_BUGS_PER_LANG, f"{lang}: only {len(bugs)} bug mutants"
@@ -79,23 +100,61 @@ def test_the_kit_is_complete(mutants: list[mutation.Mutant]) -> None:
         assert {m.file for m in mine} == {p.relative_to(mutation.REPO).as_posix() for p in mutation.source_files(lang)}
 
 
-def test_a_mutant_that_no_longer_applies_is_an_error(tmp_path: Path) -> None:
-    entry = """
+def test_the_c_kit_is_complete(mutants: list[mutation.Mutant]) -> None:
+    mine = [m for m in mutants if m.lang == "c"]
+    bugs = [m for m in mine if m.expect == "killed"]
+    assert len(bugs) >= C_MIN_BUGS, f"c: only {len(bugs)} bug mutants"
+    missing = C_REQUIRED_CLASSES - {m.bug_class for m in bugs}
+    assert not missing, f"c: no mutant of class {sorted(missing)}"
+    controls = [m for m in mine if m.expect == "passes"]
+    assert not C_REQUIRED_CONTROLS - {m.bug_class for m in controls}
+    assert all(m.equivalent and m.precisions == (formats.DEFAULT,) for m in controls)
+    # every C port we ship has mutants
+    assert {mutation.unit_of("c", m.file) for m in mine} == {
+        folder for folder in mutation.C_PORTS if mutation.unit_files("c", folder)
+    }
+
+
+def test_a_c_mutant_is_a_copy_of_its_port_built_at_o0_by_its_own_manifest(
+    mutants: list[mutation.Mutant], tmp_path: Path
+) -> None:
+    m = next(m for m in mutants if m.id == "c_scale_integer_exponent")
+    manifest = mutation.materialise(m, tmp_path)
+    folder = mutation.REPO / "ports/kits/c/example"
+    copy = manifest.parent
+    original = (folder / "port.c").read_text()
+    assert original.replace(m.find, m.replace) in (copy / "port.c").read_text()
+    assert original not in (copy / "port.c").read_text()
+    raw = tomllib.loads(manifest.read_text())
+    assert raw["command"] == ["./port"] and raw["language"] == "c"
+    # the port's own build line, at -O0, its include of the kit's header (-I..) made absolute
+    own = tomllib.loads((folder / "port.toml").read_text())["build"]
+    assert raw["build"] == [
+        "-O0" if a == "-O2" else f"-I{(folder / '..').resolve()}" if a == "-I.." else a for a in own
+    ]
+
+
+@pytest.mark.parametrize(
+    ("stale_id", "file", "repeated"),
+    [("r_stale", "ports/r/R/attention.R", "<- function("), ("c_stale", "ports/kits/c/example/port.c", "double s")],
+)
+def test_a_mutant_that_no_longer_applies_is_an_error(tmp_path: Path, stale_id: str, file: str, repeated: str) -> None:
+    entry = f"""
 [[mutant]]
-id = "r_stale"
-file = "ports/r/R/attention.R"
+id = "{stale_id}"
+file = "{file}"
 class = "scale"
 description = "a find text our port no longer contains"
-find = "{find}"
+find = "{{find}}"
 replace = "whatever"
 """
-    for find, count in (("this text is not in the port", 0), ("<- function(", None)):
+    for find, count in (("this text is not in the port", 0), (repeated, None)):
         path = tmp_path / "mutants.toml"
         path.write_text(entry.replace("{find}", find))
         with pytest.raises(mutation.MutantError) as info:
             mutation.load_mutants(path)
         message = str(info.value)
-        assert "'r_stale'" in message and "ports/r/R/attention.R" in message and "exactly once" in message
+        assert f"'{stale_id}'" in message and file in message and "exactly once" in message
         if count is not None:
             assert f"occurs {count} times" in message
 
@@ -105,9 +164,12 @@ def test_bad_entries_are_refused(tmp_path: Path) -> None:
     good = 'find = "    scores = (k\' * q) .* s"\nreplace = "    scores = (k\' * q)"\n'
     r_base = 'id = "r_x"\nfile = "ports/r/R/attention.R"\nclass = "scale"\ndescription = "d"\n'
     r_good = 'find = ".default_scale <- function(d_k) 1 / sqrt(d_k)"\nreplace = ".default_scale <- function(d_k) 1"\n'
+    c_base = 'id = "c_x"\nfile = "ports/kits/c/example/port.c"\nclass = "scale"\ndescription = "d"\n'
+    c_good = 'find = "            s *= scale;"\nreplace = ""\n'
     for body, message in [
         (base + good + 'equivalent = true\nexpect = "killed"\n', "equivalent mutant must be expected to pass"),
         (r_base + r_good + 'precisions = ["float32"]\n', "R computes in double only"),
+        (c_base + c_good + 'precisions = ["float32"]\n', "our C ports in the float64 they declare"),
         (base + good + 'precisions = ["float16"]\n', "cannot be judged in"),
         (base + good + 'expect_in = { float32 = "killed" }\n', "expect_in maps"),
         (base + good + 'precisions = ["float64"]\nexpect_in = { float32 = "passes" }\n', "expect_in maps"),
@@ -136,6 +198,7 @@ def test_materialised_mutant_is_one_edit_of_the_whole_port(mutants: list[mutatio
 # the block's attention and norms are reached from the model, from its gradient's forward and from
 # the training loop that calls the gradient
 _R_TRANSFORMER = {"decoder_block", "gpt_forward", "gpt_grads", "gpt_train"}
+_C_TRANSFORMER = _R_TRANSFORMER  # the C GPT port's block_forward: the same four operations reach it
 
 
 @pytest.mark.parametrize(
@@ -175,6 +238,20 @@ _R_TRANSFORMER = {"decoder_block", "gpt_forward", "gpt_grads", "gpt_train"}
         # the training loop calls adamw_step; its own edits reach it alone
         ("r_adamw_no_bias_correction", {"adamw_step", "gpt_train"}),
         ("j_gt_moments_not_carried", {"gpt_train"}),
+        # C: an operation is the function its ap_op table names (sdpa, mha); softmax_rows is
+        # called by softmax and by attend, which both attention operations call
+        ("c_softmax_float_sum", {"softmax", "scaled_dot_product_attention", "multi_head_attention"}),
+        ("c_k_read_column_major", {"scaled_dot_product_attention", "multi_head_attention"}),
+        ("c_scale_integer_exponent", {"scaled_dot_product_attention"}),
+        ("c_projection_weight_column_major", {"multi_head_attention"}),
+        # the GPT port: one attention kernel for every attention operation and the model's blocks;
+        # its backward kernels reached from gpt_grads and the training loop only
+        (
+            "c_gpt_causal_diagonal_masked",
+            {"scaled_dot_product_attention", "self_attention", "multi_head_attention"} | _C_TRANSFORMER,
+        ),
+        ("c_gpt_softmax_backward_no_rowdot", {"gpt_grads", "gpt_train"}),
+        ("c_gpt_train_grads_not_zeroed", {"gpt_train"}),
     ],
 )
 def test_reachability_follows_the_call_graph(mutants: list[mutation.Mutant], mutant_id: str, reaches: set[str]) -> None:
@@ -198,13 +275,7 @@ def kit(lang: str, mutants: list[mutation.Mutant]) -> dict[str, mutation.MutantR
 
 
 def _run_kit(mutants: list[mutation.Mutant]) -> dict[str, mutation.MutantResult]:
-    available = []
-    for lang in sorted({m.lang for m in mutants}):
-        try:
-            registry.create(lang).close()
-            available.append(lang)
-        except ImplementationUnavailable:
-            pass
+    available = [lang for lang in sorted({m.lang for m in mutants}) if not mutation.unavailable(lang)]
     start = time.perf_counter()
     jobs = min(4, os.cpu_count() or 1)
     chosen = [m for m in mutants if m.lang in available]
@@ -235,16 +306,60 @@ def test_every_julia_mutant_that_reaches_the_float32_tier_is_judged_in_float32(
     assert not missing, f"float32: no control of class {sorted(missing)}"
 
 
-@pytest.mark.parametrize("lang", mutation.LANGS)
+@pytest.mark.parametrize("lang", RJ)
 def test_every_bug_is_caught_twice_and_every_control_passes(
+    lang: str, mutants: list[mutation.Mutant], kit: dict[str, mutation.MutantResult]
+) -> None:
+    _assert_caught_twice_and_controls_pass(lang, mutants, kit)
+
+
+@pytest.fixture
+def ckit(mutants: list[mutation.Mutant]) -> dict[str, mutation.MutantResult]:
+    """The C kit's results, once per process: its own fixture (and xdist group), so it runs beside
+    the R and Julia kits rather than after them."""
+    if "c" not in _KITS:
+        _KITS["c"] = _run_kit([m for m in mutants if m.lang == "c"])
+    return _KITS["c"]
+
+
+def test_every_c_bug_is_caught_twice_and_every_control_passes(
+    mutants: list[mutation.Mutant], ckit: dict[str, mutation.MutantResult]
+) -> None:
+    _assert_caught_twice_and_controls_pass("c", mutants, ckit)
+
+
+# What the C route tells the C GPT port's bugs (judge/diagnose.py, judge/localise.py), in the
+# port's own names (grads.wte): (mutant, a line one of its failing outputs' diagnoses or
+# localisations must hold).
+C_TOLD = {
+    "c_gpt_causal_diagonal_masked": "the causal mask leaves out the diagonal",
+    "c_gpt_matmul_llmc_weight_layout": "w_q, w_k and w_v are applied transposed",
+    "c_projection_weight_column_major": "w_q, w_k, w_v and w_o are applied transposed",
+    "c_gpt_encoder_backward_assigned": "the first wrong gradient going backwards is grads.wte",
+    "c_gpt_loss_grad_integer_division": "the first wrong gradient going backwards is grads.w_head",
+    # counted from 0, as the C port counts (sdpa_fully_masked_row's query 2 sees no key)
+    "c_dead_query_not_handled": "wrong only in the query 2, whose mask removes every key",
+}
+
+
+def test_the_c_bugs_are_told_in_the_ports_terms(ckit: dict[str, mutation.MutantResult]) -> None:
+    if not all(m in ckit for m in C_TOLD):
+        require("c", mutation.unavailable("c") or "its mutants did not run")
+    missed = {
+        m: line
+        for m, line in C_TOLD.items()
+        if not any(line in d for said in ckit[m].diagnoses.values() for _, d in said)
+        and not any(line in where for where in ckit[m].localisations.values())
+    }
+    assert not missed, missed
+
+
+def _assert_caught_twice_and_controls_pass(
     lang: str, mutants: list[mutation.Mutant], kit: dict[str, mutation.MutantResult]
 ) -> None:
     mine = [m for m in mutants if m.lang == lang and formats.DEFAULT in m.precisions]  # the float64 kit
     if not any(m.id in kit for m in mine):
-        try:
-            registry.create(lang).close()
-        except ImplementationUnavailable as exc:
-            require(lang, str(exc))
+        require(lang, mutation.unavailable(lang) or "its mutants did not run")
     results = [kit[m.id] for m in mine]
     bad = [f"{r.mutant.id}: {r.verdict()}; {sorted(r.messages.items())[:3]}" for r in results if not r.ok]
     assert not bad, f"{lang}: " + "\n".join(bad)
@@ -288,7 +403,7 @@ LOCALISED = {
 }
 
 
-@pytest.mark.parametrize("lang", mutation.LANGS)
+@pytest.mark.parametrize("lang", RJ)
 def test_the_backward_and_training_loop_bugs_are_localised(
     lang: str, mutants: list[mutation.Mutant], kit: dict[str, mutation.MutantResult]
 ) -> None:
@@ -352,7 +467,7 @@ DIAGNOSED = {
 }
 
 
-@pytest.mark.parametrize("lang", mutation.LANGS)
+@pytest.mark.parametrize("lang", RJ)
 def test_the_model_level_mistakes_get_their_diagnosis(lang: str, kit: dict[str, mutation.MutantResult]) -> None:
     mine = {m: line for m, line in DIAGNOSED.items() if m.startswith(lang[0] + "_")}
     if not all(m in kit for m in mine):
@@ -367,7 +482,7 @@ def test_the_model_level_mistakes_get_their_diagnosis(lang: str, kit: dict[str, 
 
 def test_the_docs_state_the_kit_as_it_is(mutants: list[mutation.Mutant]) -> None:
     page = (mutation.REPO / "docs" / "generated-cases-and-mutation.md").read_text()
-    for lang, name in (("r", "R"), ("julia", "Julia")):
+    for lang, name in (("r", "R"), ("julia", "Julia"), ("c", "C")):
         mine = [m for m in mutants if m.lang == lang and formats.DEFAULT in m.precisions]
         bugs = sum(m.expect == "killed" for m in mine)
         controls = [m for m in mine if m.expect == "passes"]
@@ -464,19 +579,37 @@ end
 gelu(x) = x #= softmax =# .+ 0
 '''
 
+C_COMMENTS = """\
+static double softmax(double x) { return exp(x); } /* layer_norm */
+static double gelu(double x);
+static double layer_norm(double x) {
+    const char *s = "/* in a string: text, and the call after it counts */"; char c = '"';
+    // gelu(softmax(x)) in a comment is not a call
+    /* a block comment naming softmax
+       and gelu */
+    return gelu(x) + s[0] + c;
+}
+static double
+gelu(double x) { return x; /* softmax */ }
+static const ap_op OPS[] = {{"softmax", softmax}, {"layer_norm", layer_norm}, {"gelu", gelu}, {0, 0}};
+"""
+
 
 # Where a mutant edits each definition of the sources above, and what it then reaches: layer_norm
 # calls gelu (after a string holding "#"); every other mention is in a comment or a docstring.
 EDITS = {
     "r": {"softmax": "exp(x)", "layer_norm": "  x\n}", "gelu": "x # softmax"},
     "julia": {"softmax": "exp.(x) ./", "layer_norm": "return gelu(y)", "gelu": "x #="},
+    "c": {"softmax": "exp(x)", "layer_norm": "+ s[0]", "gelu": "return x;"},
 }
 REACHES = {"softmax": {"softmax"}, "layer_norm": {"layer_norm"}, "gelu": {"gelu", "layer_norm"}}
 
 
-@pytest.mark.parametrize(("lang", "source"), [("r", R_COMMENTS), ("julia", JULIA_COMMENTS)])
+@pytest.mark.parametrize(("lang", "source"), [("r", R_COMMENTS), ("julia", JULIA_COMMENTS), ("c", C_COMMENTS)])
 def test_a_name_in_a_comment_or_docstring_is_not_a_call(tmp_path: Path, lang: str, source: str) -> None:
-    folder, _ = mutation.SOURCES[lang]
+    # a C port's operations are the functions its ap_op table names (the table names them all:
+    # it is read by main, never called, so it does not make them reach each other)
+    folder = mutation.C_PORTS[0] if lang == "c" else mutation.SOURCES[lang][0]
     port = tmp_path / folder / f"port{mutation.SUFFIX[lang]}"
     port.parent.mkdir(parents=True)
     port.write_text(source)
