@@ -58,6 +58,22 @@ impl Array {
             _ => panic!("not a float64 array"),
         }
     }
+    /// A port declaring precision "float32" gets its arrays (and real options) as float32.
+    pub fn zeros_f32(shape: &[usize]) -> Array {
+        Array { shape: shape.to_vec(), data: Data::F32(vec![0.0; shape.iter().product()]) }
+    }
+    pub fn f32(&self) -> Option<&[f32]> {
+        match &self.data {
+            Data::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub fn f32_mut(&mut self) -> &mut [f32] {
+        match &mut self.data {
+            Data::F32(v) => v,
+            _ => panic!("not a float32 array"),
+        }
+    }
     fn tag(&self) -> u8 {
         match self.data {
             Data::F64(_) => b'A',
@@ -106,6 +122,17 @@ impl Call {
             None => Ok(None),
             Some(Value::Array(a)) if a.f64().is_some() => Ok(Some(a)),
             Some(other) => Err(format!("{}: argument {} is {:?}; this port wants a float64 array", self.op, name, kind(other))),
+        }
+    }
+    /// A float32 array argument (what a port declaring precision "float32" is sent).
+    pub fn f32_array(&self, name: &str) -> Result<&Array, String> {
+        self.optional_f32_array(name)?.ok_or_else(|| format!("{}: the required argument {} is absent", self.op, name))
+    }
+    pub fn optional_f32_array(&self, name: &str) -> Result<Option<&Array>, String> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Array(a)) if a.f32().is_some() => Ok(Some(a)),
+            Some(other) => Err(format!("{}: argument {} is {:?}; this port wants a float32 array", self.op, name, kind(other))),
         }
     }
     /// A real option (F, f, I); None when absent.

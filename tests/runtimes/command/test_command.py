@@ -35,6 +35,7 @@ KITS = paths.PORTS / "kits"
 # Every case of softmax, scaled_dot_product_attention and multi_head_attention.
 THREE_OPS = ["softmax_*", "sdpa_*", "mha_*", "seed002_masked_softmax", "seed002_*_shape", "seed001_mha_*"]
 N_CASES = 63
+N_CASES_FLOAT32 = 67  # the float32 tier: the same operations' cases that certify there, and its own bands
 
 
 def compile_c(source: Path, out: Path) -> Path:
@@ -100,17 +101,19 @@ def need_node() -> None:
         require("node", "node is not on PATH (apt-get install nodejs)")
 
 
-@pytest.fixture(scope="session")
-def rust_port(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def compile_rust(source: Path, out: Path) -> Path:
     rustc = shutil.which("rustc")
     if rustc is None:
         require("rustc", "rustc is not on PATH (apt-get install rustc)")
-    out = tmp_path_factory.mktemp("rust-kit") / "port"
-    source = KITS / "rust" / "example" / "port.rs"
     subprocess.run(
         [rustc, "--edition", "2021", "-C", "opt-level=1", "-D", "warnings", "-o", str(out), str(source)], check=True
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def rust_port(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return compile_rust(KITS / "rust" / "example" / "port.rs", tmp_path_factory.mktemp("rust-kit") / "port")
 
 
 def test_the_rust_kit_port_passes_every_case_of_its_three_operations_and_check_port(rust_port: Path) -> None:
@@ -266,6 +269,26 @@ def test_a_command_port_declaring_float32_is_sent_float32_and_judged_on_that_tie
     assert "verdict: PASS" in capsys.readouterr().out
     # the same port judged at float64 fails: it computes in float32 (SDPA's scores included)
     assert cli.main([*run, "--precision", "float64"]) == 1
+    assert "verdict: FAIL: 2 of 2 cases fail" in capsys.readouterr().out
+
+
+def test_the_rust_kit_float32_port_passes_every_float32_case_of_its_three_operations_and_fails_at_float64(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = compile_rust(KITS / "rust" / "example32" / "port.rs", tmp_path / "port32")
+    report = tmp_path / "r.json"
+    cases = [x for glob in THREE_OPS for x in ("--case", glob)]
+    assert cli.main(["verify", "--quiet", "--port", f"rs32={port}", *cases, "--json", str(report)]) == 0
+    doc = json.loads(report.read_text())
+    statuses = {c["case"]: c["status"] for c in doc["cases"]}
+    assert len(statuses) == N_CASES_FLOAT32 and set(statuses.values()) == {"pass"}, statuses
+    # judged on the tier it declares: its fixtures, and its own float32 band cases among them
+    assert all("--dir " in c["repro"] and "fixtures/precision/float32" in c["repro"] for c in doc["cases"])
+    assert {"softmax_f32_exp_overflow_band", "sdpa_f32_exp_underflow_band"} <= set(statuses)
+    capsys.readouterr()
+    # the same port judged at float64 fails: its arithmetic is single precision throughout
+    two = ["--case", "softmax_random_3x5", "--case", "sdpa_L2_d3"]
+    assert cli.main(["verify", "--port", f"rs32={port}", *two, "--precision", "float64"]) == 1
     assert "verdict: FAIL: 2 of 2 cases fail" in capsys.readouterr().out
 
 
