@@ -25,6 +25,7 @@ under the same load, so a busy machine shifts both sides of a ratio rather than 
   encoded again, piped, decoded) of a small call (4 x 4, 128 bytes each way) and of a large one
   (4 MiB each way), each against the raw pipe round trip of the same request and reply bytes,
   rounds alternating; the large one also as throughput (request plus reply bytes per second).
+  This thread, the worker and the raw pipe's child run on one CPU (:func:`_pin` says why).
 
 Each implementation and each kit is measured in a process of its own (``python -m
 attention_ports.tools.bench --child NAME`` or ``--kit NAME``), one after another, so that its start
@@ -344,7 +345,9 @@ def measure_kit(name: str, repeats: int, rounds: Mapping[str, int] = KIT_ROUNDS)
         return {**out, "unavailable": str(exc)}
     out["start_s"] = time.perf_counter() - start  # with the build step
     out["describe"] = impl.describe()
+    mine = _affinity()
     try:
+        out["cpu"] = _pin([0, impl.supervisor.pid], mine)  # the raw pipe's child inherits this thread's
         for size, shape in (("small", KIT_SMALL), ("large", KIT_LARGE)):
             x = np.random.default_rng(2).standard_normal(shape)
             args = [protocol.Arg("p", "x", x.T)]  # row-major: as the adapter sends an array (to_wire)
@@ -359,7 +362,34 @@ def measure_kit(name: str, repeats: int, rounds: Mapping[str, int] = KIT_ROUNDS)
             out[size] = _kit_round_trips(impl.supervisor, args, request, reply, repeats * rounds[size])
     finally:
         impl.close()
+        if mine:
+            os.sched_setaffinity(0, mine)  # this thread as it was (a test's process goes on)
     return out
+
+
+def _affinity() -> set[int] | None:
+    try:
+        return os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return None
+
+
+def _pin(pids: Sequence[int | None], cpus: set[int] | None) -> int | None:
+    """Pin each of ``pids`` (0: this thread) to one CPU of ``cpus``: the one returned (None: not
+    pinned). Unpinned, the C kit's small call measured 25-28 us in some runs and 39-42 us in others,
+    minutes apart, the raw pipe's 11-13 us: where the scheduler put the worker (a wake-up on another
+    CPU costs more than a switch on this one); pinned, 25 us in every run, both sides of a ratio
+    paying the same switches."""
+    if not cpus:
+        return None
+    cpu = min(cpus)
+    try:
+        for pid in pids:
+            if pid is not None:
+                os.sched_setaffinity(pid, {cpu})
+    except OSError:
+        return None
+    return cpu
 
 
 def echo_reply_bytes(name: str, a: np.ndarray) -> int:

@@ -107,7 +107,9 @@ def test_bench_measures_every_kit_side_by_side_against_a_raw_pipe() -> None:
     assert sorted(Path(port).parts[1] for port in bench.KITS.values()) == sorted(kits)  # every kit is there
     few = {"small": 20, "large": 2}  # round trips: the machinery, not the figures
     doc = {"machine": bench.machine(), "repeats": 1, "implementations": []}
+    cpus = os.sched_getaffinity(0)
     doc["kits"] = [bench.measure_kit(name, 1, few) for name in bench.KITS]
+    assert os.sched_getaffinity(0) == cpus  # pinned while measuring, then as it was
     for r in doc["kits"]:
         if "unavailable" in r:  # a toolchain missing here: skipped locally, a failure under CI=true
             require(r["kit"], r["unavailable"])
