@@ -809,7 +809,7 @@ class Supervisor:
     # Sending tries the system call first and polls only when it would block; receiving waits for
     # the reply first (_receive): a small call then costs one writev, one poll and two readv.
     def _send(self, proc: _Process, parts: list[Part], deadline: float) -> None:
-        total = sum(len(p) for p in parts)  # byte lengths: parts are bytes or byte views (protocol.Part)
+        total = sum(map(len, parts))  # byte lengths: parts are bytes or byte views (protocol.Part)
         if len(parts) <= 512:  # the usual case: the whole request in one system call
             try:
                 sent = os.writev(proc.request, parts)
