@@ -26,9 +26,9 @@ Calls
   new process, and are known to end); an operation that only ever timed out never gets it twice,
   so a hanging operation costs ``timeout + compile_allowance`` once, then ``timeout``. While
   waiting, the port's output is drained into a bounded buffer (the last :data:`OUTPUT_KEEP`
-  bytes); what a call printed is ``last_output`` and is appended (at most :data:`OUTPUT_SHOWN`
-  characters) to any error of that call. Every failure is an ``ImplementationError`` for that
-  call only:
+  bytes); what a call printed before its reply is ``last_output`` and is appended (at most
+  :data:`OUTPUT_SHOWN` characters) to any error of that call. Every failure is an
+  ``ImplementationError`` for that call only:
 
   - past its deadline: "NAME worker timed out after Xs in OP"; the process group is killed;
   - the worker died during the call (a crash, a quit, a signal): "NAME worker died (...) in OP";
@@ -366,6 +366,7 @@ class _Process:
         self.tmpdir = tmpdir  # its $TMPDIR, removed with it (end)
         self.token = token  # its $ATTENTION_PORTS_REAP, inherited by whatever it starts (reaper)
         self.output = _Output(output)
+        self.printing = True  # whether the poll that found the last reply found output too (_wait)
         self.ended = False
         self._pollers: dict[tuple[int, int, bool], select.poll] = {}
         try:
@@ -768,7 +769,11 @@ class Supervisor:
                 raise
             self._strikes = 0
             self._finished.add(op)
-            proc.output.drain_ready()
+            # What the port printed before its reply was in the pipe when the poll found the reply
+            # (every kit and worker flushes first), and drained then; more may follow only from a
+            # port found printing then (saves a poll, ~0.6 us, on a quiet call).
+            if proc.printing:
+                proc.output.drain_ready()
             self.last_output = proc.output.since(mark)
             if reply.kind == "R":
                 return Results(reply.results, reply.notes, self.last_output, reply.seconds)
@@ -791,17 +796,19 @@ class Supervisor:
             if remaining <= 0:
                 raise _Timeout
             wait = remaining if proc.pidfd is not None else min(remaining, 0.05)
-            ready, gone = False, False
+            ready, gone, printed = False, False, False
             for f, _ in poller.poll(max(1, math.ceil(wait * 1000))):
                 if f == fd:
                     ready = True  # or hung up / failed: the read or write says which
                 elif f == proc.output.fd:
                     proc.output.drain()
+                    printed = True
                     if not proc.output.open:
                         poller = proc.poller(fd, event)  # one without the closed output
                 elif f == proc.pidfd:
                     gone = True
             if ready:
+                proc.printing = printed
                 return
             if gone or (proc.pidfd is None and proc.exited()):
                 raise _Died
