@@ -393,7 +393,7 @@ _NOTES_COUNT = struct.Struct("<II")
 
 def _decode_results(body: bytes | bytearray | memoryview | np.ndarray) -> Reply | None:
     """The common reply, results ('T' or 'R') without notes, of float and integer arrays, decoded
-    inline (half the time of the Reader's: ~2 us of a small call's ~25); None for anything else,
+    inline (~2.4 us where the Reader takes ~4.5: a tenth of a small call); None for anything else,
     well formed or not, which decode_reply then reads with every check and message of the Reader."""
     view = memoryview(body)
     end = len(view)
