@@ -24,7 +24,8 @@
  * $ATTENTION_PORTS_WORKER_FDS); stdout and stderr are yours: print freely, they are captured and
  * shown with the case that printed them.
  *
- * Memory: every value of a call and every output lives until the reply is sent, then is freed.
+ * Memory: every value of a call and every output lives until the reply is sent; then its memory
+ * serves the next call (keep no pointer into it). An input array may lie in the request itself.
  * Errors: return ap_error(r, "fmt", ...) from an operation; it becomes that case's error with your
  * message. A crash, an exit or a hang ends only this process: the suite reports that case and
  * starts the program again.
