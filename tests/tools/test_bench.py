@@ -123,3 +123,10 @@ def test_bench_measures_every_kit_side_by_side_against_a_raw_pipe() -> None:
         assert text.count(f"\n| {name} | ") == 1
     assert "- c kit: a small call's round trip / raw pipe: " in text
     assert "- c kit: the round trip of 4 MiB each way / raw pipe: " in text
+
+
+def test_bench_names_the_kits_when_asked_for_one_it_has_not(capsys: pytest.CaptureFixture[str]) -> None:
+    from attention_ports import cli
+
+    assert cli.main(["bench", "--kit", "cobol"]) == 2
+    assert "attention-ports bench: no kit 'cobol'; the kits are c, rust, javascript, python" in capsys.readouterr().err
