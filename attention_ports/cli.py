@@ -321,7 +321,19 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="compute time against NumPy, transport against a raw pipe, cold start and peak memory (ratios in one run)",
     )
-    b.add_argument("--impl", action="append", choices=DEFAULT_IMPLS, help="implementation (repeatable; default: all)")
+    b.add_argument(
+        "--impl",
+        action="append",
+        choices=DEFAULT_IMPLS,
+        help="implementation (repeatable; default: all, unless --kit is given)",
+    )
+    b.add_argument(
+        "--kit",
+        action="append",
+        metavar="NAME",
+        help="a port kit whose transport is measured: c, rust, javascript, python (repeatable; default: all, "
+        "unless --impl is given)",
+    )
     b.add_argument("--repeats", type=int, default=5, help="measurements per point; the best is kept (default 5)")
     b.add_argument("--json", type=Path, default=None, help="write the machine-readable results here")
     b.add_argument("--no-verify", action="store_true", help="skip the cold `verify` runs (faster)")
@@ -530,12 +542,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 2
     if args.tolerances:
         return _bench_tolerances(args)
-    options = bench.Options(impls=args.impl or DEFAULT_IMPLS, repeats=args.repeats, verify=not args.no_verify)
+    unknown = [k for k in args.kit or [] if k not in bench.KITS]
+    if unknown:
+        print(f"attention-ports bench: no kit {unknown[0]!r}; the kits are {', '.join(bench.KITS)}", file=sys.stderr)
+        return 2
+    # neither named: everything; else only what is named
+    impls = args.impl or ([] if args.kit else DEFAULT_IMPLS)
+    kits = args.kit or ([] if args.impl else list(bench.KITS))
+    options = bench.Options(impls=impls, repeats=args.repeats, verify=not args.no_verify, kits=kits)
     doc = bench.run(options, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     print(bench.table(doc))
     if args.json:
         atomic_write(args.json, (json.dumps(doc, indent=1) + "\n").encode())
     failed = [r["implementation"] for r in doc["implementations"] if "error" in r]
+    failed += [r["kit"] for r in doc["kits"] if "error" in r]
     return 3 if failed else 0
 
 

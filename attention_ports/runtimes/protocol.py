@@ -153,7 +153,9 @@ def encode_value(out: list[Part], value: Any) -> None:
         if value.ndim > MAX_NDIM:
             raise ValueError(f"cannot send an array of {value.ndim} dimensions to a worker (at most {MAX_NDIM})")
         kind = value.dtype.kind
-        if kind == "b":
+        if value.dtype == _LE_F8:  # what calls carry most: as the else below, tested first
+            tag, dtype = b"A", _LE_F8
+        elif kind == "b":
             tag, dtype = b"K", _U1
         elif kind in "iu":
             tag, dtype = b"Z", _LE_I8
@@ -168,7 +170,7 @@ def encode_value(out: list[Part], value: Any) -> None:
             a = np.asfortranarray(a)
         out.append(tag + _dims(a.ndim).pack(a.ndim, *a.shape))
         if a.size:
-            out.append(memoryview(a.T.reshape(-1)).cast("B"))  # column-major bytes; a view when F-contiguous
+            out.append(memoryview(a.T).cast("B"))  # column-major bytes: a view (a.T is C-contiguous)
     elif isinstance(value, BFloat16):
         bits = _bf16_bits(np.asarray(value.values))
         if bits.ndim == 0:
@@ -209,7 +211,7 @@ def encode_value(out: list[Part], value: Any) -> None:
 
 def frame(magic: bytes, ident: int, body: Sequence[Part]) -> list[Part]:
     """The frame around ``body``: a header part, then the body's parts (nothing is joined)."""
-    length = sum(len(p) for p in body)
+    length = sum(map(len, body))
     return [HEADER.pack(magic, ident, length), *body]
 
 
@@ -384,7 +386,75 @@ class Reply:
     seconds: float | None = None  # R sent as 'T': the port's own time in the worker
 
 
+# Plain numeric array tags (no conversion after reading): the fast path's.
+_PLAIN_TAGS = {ord(t): d for t, d in _ARRAY_TAGS.items() if t in (b"A", b"Z", b"a", b"g")}
+_NOTES_COUNT = struct.Struct("<II")
+
+
+def _decode_results(body: bytes | bytearray | memoryview | np.ndarray) -> Reply | None:
+    """The common reply, results ('T' or 'R') without notes, of float and integer arrays, decoded
+    inline (~2.4 us where the Reader takes ~4.5: a tenth of a small call); None for anything else,
+    well formed or not, which decode_reply then reads with every check and message of the Reader."""
+    view = memoryview(body)
+    end = len(view)
+    if view.ndim != 1 or view.itemsize != 1 or end < 9:
+        return None
+    seconds = None
+    if view[0] == 84:  # b"T"
+        (seconds,) = _F64.unpack_from(view, 1)
+        if not 0.0 <= seconds < math.inf:
+            return None
+        pos = 9
+    elif view[0] == 82:  # b"R"
+        pos = 1
+    else:
+        return None
+    if end - pos < 8:
+        return None
+    notes, count = _NOTES_COUNT.unpack_from(view, pos)
+    if notes:
+        return None
+    pos += 8
+    results: dict[str, np.ndarray] = {}
+    for _ in range(count):
+        if end - pos < 4:
+            return None
+        (n,) = _U32.unpack_from(view, pos)
+        pos += 4
+        if n > MAX_TEXT or end - pos < n + 2:
+            return None
+        try:
+            name = str(view[pos : pos + n], "utf-8")
+        except UnicodeDecodeError:
+            return None
+        dtype, ndim = _PLAIN_TAGS.get(view[pos + n]), view[pos + n + 1]
+        pos += n + 2
+        if dtype is None or ndim > MAX_NDIM or end - pos < 8 * ndim or name in results:
+            return None
+        shape = _SHAPES[ndim].unpack_from(view, pos)
+        pos += 8 * ndim
+        size = 1
+        for d in shape:
+            if d < 0:
+                return None
+            size *= d
+        nbytes = size * dtype.itemsize
+        if nbytes > end - pos:
+            return None
+        # the sender's own shape and memory order, in the body's memory: no copy (as Reader.array)
+        results[name] = (
+            np.ndarray(shape, dtype, buffer=body, offset=pos, order="F") if size else np.empty(shape, dtype, order="F")
+        )
+        pos += nbytes
+    if pos != end:
+        return None
+    return Reply("R", seconds=seconds, results=results)
+
+
 def decode_reply(body: bytes | bytearray | memoryview | np.ndarray) -> Reply:
+    fast = _decode_results(body)
+    if fast is not None:
+        return fast
     r = Reader(body)
     kind = r.byte()
     if kind == b"H":

@@ -26,9 +26,9 @@ Calls
   new process, and are known to end); an operation that only ever timed out never gets it twice,
   so a hanging operation costs ``timeout + compile_allowance`` once, then ``timeout``. While
   waiting, the port's output is drained into a bounded buffer (the last :data:`OUTPUT_KEEP`
-  bytes); what a call printed is ``last_output`` and is appended (at most :data:`OUTPUT_SHOWN`
-  characters) to any error of that call. Every failure is an ``ImplementationError`` for that
-  call only:
+  bytes); what a call printed before its reply is ``last_output`` and is appended (at most
+  :data:`OUTPUT_SHOWN` characters) to any error of that call. Every failure is an
+  ``ImplementationError`` for that call only:
 
   - past its deadline: "NAME worker timed out after Xs in OP"; the process group is killed;
   - the worker died during the call (a crash, a quit, a signal): "NAME worker died (...) in OP";
@@ -291,6 +291,13 @@ class _Output:
         self.total = 0  # bytes read since the start
         self._chunks: collections.deque[bytes] = collections.deque()
         self._size = 0
+        self._ready = select.poll()
+        self._ready.register(fd, select.POLLIN)
+
+    def drain_ready(self) -> None:
+        """Drain, when there is anything to read (a poll costs less than a read that would block)."""
+        if self.open and self._ready.poll(0):
+            self.drain()
 
     def drain(self) -> None:
         while self.open:
@@ -359,12 +366,16 @@ class _Process:
         self.tmpdir = tmpdir  # its $TMPDIR, removed with it (end)
         self.token = token  # its $ATTENTION_PORTS_REAP, inherited by whatever it starts (reaper)
         self.output = _Output(output)
+        self.printing = True  # whether the poll that found the last reply found output too (_wait)
         self.ended = False
         self._pollers: dict[tuple[int, int, bool], select.poll] = {}
         try:
             self.pidfd: int | None = os.pidfd_open(popen.pid)
         except (AttributeError, OSError):  # Linux < 5.3, or a seccomp filter: poll in slices instead
             self.pidfd = None
+        self._exit_poll = select.poll()  # kept: asked before every call (half the cost of select())
+        if self.pidfd is not None:
+            self._exit_poll.register(self.pidfd, select.POLLIN)
 
     @property
     def pid(self) -> int:
@@ -390,7 +401,7 @@ class _Process:
         if self.popen.returncode is not None:
             return True
         if self.pidfd is not None:
-            return bool(select.select([self.pidfd], [], [], 0)[0])
+            return bool(self._exit_poll.poll(0))
         try:
             return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
         except ChildProcessError:
@@ -758,7 +769,11 @@ class Supervisor:
                 raise
             self._strikes = 0
             self._finished.add(op)
-            proc.output.drain()
+            # What the port printed before its reply was in the pipe when the poll found the reply
+            # (every kit and worker flushes first), and drained then; more may follow only from a
+            # port found printing then (saves a poll, ~0.6 us, on a quiet call).
+            if proc.printing:
+                proc.output.drain_ready()
             self.last_output = proc.output.since(mark)
             if reply.kind == "R":
                 return Results(reply.results, reply.notes, self.last_output, reply.seconds)
@@ -781,25 +796,27 @@ class Supervisor:
             if remaining <= 0:
                 raise _Timeout
             wait = remaining if proc.pidfd is not None else min(remaining, 0.05)
-            ready, gone = False, False
+            ready, gone, printed = False, False, False
             for f, _ in poller.poll(max(1, math.ceil(wait * 1000))):
                 if f == fd:
                     ready = True  # or hung up / failed: the read or write says which
                 elif f == proc.output.fd:
                     proc.output.drain()
+                    printed = True
                     if not proc.output.open:
                         poller = proc.poller(fd, event)  # one without the closed output
                 elif f == proc.pidfd:
                     gone = True
             if ready:
+                proc.printing = printed
                 return
             if gone or (proc.pidfd is None and proc.exited()):
                 raise _Died
 
-    # Both directions try the system call first and poll only when it would block: a small call
-    # then costs one writev, one poll and two readv.
+    # Sending tries the system call first and polls only when it would block; receiving waits for
+    # the reply first (_receive): a small call then costs one writev, one poll and two readv.
     def _send(self, proc: _Process, parts: list[Part], deadline: float) -> None:
-        total = sum(len(p) for p in parts)  # byte lengths: parts are bytes or byte views (protocol.Part)
+        total = sum(map(len, parts))  # byte lengths: parts are bytes or byte views (protocol.Part)
         if len(parts) <= 512:  # the usual case: the whole request in one system call
             try:
                 sent = os.writev(proc.request, parts)
@@ -842,6 +859,9 @@ class Supervisor:
 
     def _receive(self, proc: _Process, ident: int, deadline: float) -> Reply:
         header = bytearray(protocol.HEADER.size)
+        # A reply is seldom there the moment its request is sent: wait first, rather than try a
+        # read that fails (measured: ~3 us of CPU less per call, a quarter of a small call's).
+        self._wait(proc, proc.reply, select.POLLIN, deadline)
         self._read_into(proc, memoryview(header), deadline)
         length = protocol.check_header(header, protocol.REPLY_MAGIC, ident, self._max_reply)
         body = np.empty(length, dtype=np.uint8)  # not touched until read into: no cost for garbage

@@ -281,3 +281,59 @@ def test_a_reply_over_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
         sup.call("echo", [Arg("p", "a", np.zeros(10))])  # a new worker, within the limit
     finally:
         sup.close()
+
+
+def _slow(body: bytes) -> protocol.Reply:
+    """What the Reader decodes, with every check (decode_reply's path for all but the common reply)."""
+    saved = protocol._decode_results
+    protocol._decode_results = lambda _body: None
+    try:
+        return protocol.decode_reply(body)
+    finally:
+        protocol._decode_results = saved
+
+
+@pytest.mark.parametrize("seconds", [None, 0.0, 1.5e-6])
+def test_the_common_reply_decodes_inline_exactly_as_the_reader_does(seconds: float | None) -> None:
+    rng = np.random.default_rng(0)
+    results = [
+        ("y", rng.standard_normal((3, 5))),
+        ("w.0", np.asfortranarray(rng.standard_normal((2, 3, 4)).astype(np.float32))),
+        ("scalar", np.array(2.5)),
+        ("empty", np.zeros((0, 4))),
+        ("index", np.arange(6, dtype=np.int64).reshape(2, 3)),
+        ("half", np.array([1.0, -2.0], dtype=np.float16)),
+        ("π", np.ones(1)),
+    ]
+    body = b"".join(bytes(p) for p in protocol.reply_results("", results, seconds))
+    for data in (body, np.frombuffer(body, dtype=np.uint8).copy()):
+        fast = protocol._decode_results(data)
+        assert fast is not None
+        slow = _slow(data)
+        assert (fast.kind, fast.notes, fast.seconds, list(fast.results)) == (
+            slow.kind,
+            slow.notes,
+            slow.seconds,
+            list(slow.results),
+        )
+        for name, want in results:
+            got = fast.results[name]
+            assert got.dtype == slow.results[name].dtype and got.shape == want.shape
+            assert got.flags.f_contiguous and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "results",
+    [[("k", np.array([True, False]))], [("b", protocol.BFloat16(np.ones(2)))]],
+    ids=["logical", "bfloat16"],
+)
+def test_a_reply_the_inline_decoder_does_not_take_is_read_by_the_reader(results) -> None:
+    for notes, res in (("a warning", [("y", np.ones(2))]), ("", results)):
+        body = b"".join(bytes(p) for p in protocol.reply_results(notes, res, 0.5))
+        assert protocol._decode_results(body) is None
+        assert protocol.decode_reply(body).notes == notes
+    body = b"".join(bytes(p) for p in protocol.reply_results("", [("y", np.ones(3))], 0.5))
+    for bad in (body[:-1], body + b"\0", body[:9] + b"\xff" + body[10:]):  # cut short, a stray byte, notes past the end
+        assert protocol._decode_results(bad) is None
+        with pytest.raises(ProtocolError):
+            protocol.decode_reply(bad)

@@ -2,7 +2,7 @@
 every case of their three operations through the one pipeline, ``check-port`` finds nothing wrong
 with them and names what is wrong with a broken kit, and a port that hangs, crashes mid-reply or
 writes garbage where a reply belongs costs only its own case: the next cases pass, and no process
-is left behind.
+is left behind (test_faults.py: the fault suite on two kits).
 
 Cheap by design: the C programs are compiled once per session (~0.3 s); each port starts in
 milliseconds, so these tests take a few seconds in all.
@@ -30,13 +30,12 @@ from attention_ports.spec import pairing
 from attention_ports.spec import precision as formats
 from attention_ports.spec.conventions import CONVENTIONS
 from tests.conftest import require
-from tests.faults.conftest import processes_with, zombies
 
 KITS = paths.PORTS / "kits"
-HERE = Path(__file__).parent
 # Every case of softmax, scaled_dot_product_attention and multi_head_attention.
 THREE_OPS = ["softmax_*", "sdpa_*", "mha_*", "seed002_masked_softmax", "seed002_*_shape", "seed001_mha_*"]
 N_CASES = 63
+N_CASES_FLOAT32 = 67  # the float32 tier: the same operations' cases that certify there, and its own bands
 
 
 def compile_c(source: Path, out: Path) -> Path:
@@ -53,11 +52,6 @@ def compile_c(source: Path, out: Path) -> Path:
 @pytest.fixture(scope="session")
 def c_port(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return compile_c(KITS / "c" / "example" / "port.c", tmp_path_factory.mktemp("c-kit") / "port")
-
-
-@pytest.fixture(scope="session")
-def c_faults(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return compile_c(HERE / "faults.c", tmp_path_factory.mktemp("c-faults") / "faults")
 
 
 PY_PORT = KITS / "python" / "example" / "port.py"
@@ -107,17 +101,19 @@ def need_node() -> None:
         require("node", "node is not on PATH (apt-get install nodejs)")
 
 
-@pytest.fixture(scope="session")
-def rust_port(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def compile_rust(source: Path, out: Path) -> Path:
     rustc = shutil.which("rustc")
     if rustc is None:
         require("rustc", "rustc is not on PATH (apt-get install rustc)")
-    out = tmp_path_factory.mktemp("rust-kit") / "port"
-    source = KITS / "rust" / "example" / "port.rs"
     subprocess.run(
         [rustc, "--edition", "2021", "-C", "opt-level=1", "-D", "warnings", "-o", str(out), str(source)], check=True
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def rust_port(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return compile_rust(KITS / "rust" / "example" / "port.rs", tmp_path_factory.mktemp("rust-kit") / "port")
 
 
 def test_the_rust_kit_port_passes_every_case_of_its_three_operations_and_check_port(rust_port: Path) -> None:
@@ -182,32 +178,6 @@ def test_check_port_names_a_kit_that_turns_0d_arrays_into_1d(
     assert cli.main(["check-port", str(broken)]) == 1
     out = capsys.readouterr().out
     assert "FAIL  echo f64_0d: shape (1,)" in out and "ok    echo f64_matrix: round-tripped bit for bit" in out
-
-
-@pytest.mark.parametrize(
-    ("fault", "said"),
-    [
-        ("hang", "timed out after 1s in softmax"),
-        ("crash", "died (killed by SIGABRT) in softmax"),
-        ("garbage", "sent a malformed reply in softmax"),
-    ],
-)
-def test_a_command_port_that_fails_a_call_loses_only_that_case(
-    fault: str, said: str, c_faults: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("AP_FAULT", fault)
-    monkeypatch.setenv("AP_FAULT_FLAG", str(tmp_path / "done"))
-    monkeypatch.setenv("ATTENTION_PORTS_COMMAND_TIMEOUT", "1")
-    cases = ["softmax_random_3x5", "softmax_ties", "softmax_wide_row"]
-    results = run_suite(REPO_FIXTURES, ["c"], {"c": c_faults}, cases, required={"c"}, progress=None, parallel=False)
-    by_case = {r.case: r for r in results}
-    first = by_case["softmax_random_3x5"]
-    assert first.status == "error"
-    text = "\n".join(o.message for o in first.outputs)
-    assert said in text and f"misbehaving: {fault}" in text  # the port's own output comes with it
-    assert [by_case[c].status for c in cases[1:]] == ["pass", "pass"]
-    assert processes_with(str(c_faults)) == []
-    assert zombies() == []
 
 
 def test_a_bad_port_name_or_program_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -299,6 +269,26 @@ def test_a_command_port_declaring_float32_is_sent_float32_and_judged_on_that_tie
     assert "verdict: PASS" in capsys.readouterr().out
     # the same port judged at float64 fails: it computes in float32 (SDPA's scores included)
     assert cli.main([*run, "--precision", "float64"]) == 1
+    assert "verdict: FAIL: 2 of 2 cases fail" in capsys.readouterr().out
+
+
+def test_the_rust_kit_float32_port_passes_every_float32_case_of_its_three_operations_and_fails_at_float64(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = compile_rust(KITS / "rust" / "example32" / "port.rs", tmp_path / "port32")
+    report = tmp_path / "r.json"
+    cases = [x for glob in THREE_OPS for x in ("--case", glob)]
+    assert cli.main(["verify", "--quiet", "--port", f"rs32={port}", *cases, "--json", str(report)]) == 0
+    doc = json.loads(report.read_text())
+    statuses = {c["case"]: c["status"] for c in doc["cases"]}
+    assert len(statuses) == N_CASES_FLOAT32 and set(statuses.values()) == {"pass"}, statuses
+    # judged on the tier it declares: its fixtures, and its own float32 band cases among them
+    assert all("--dir " in c["repro"] and "fixtures/precision/float32" in c["repro"] for c in doc["cases"])
+    assert {"softmax_f32_exp_overflow_band", "sdpa_f32_exp_underflow_band"} <= set(statuses)
+    capsys.readouterr()
+    # the same port judged at float64 fails: its arithmetic is single precision throughout
+    two = ["--case", "softmax_random_3x5", "--case", "sdpa_L2_d3"]
+    assert cli.main(["verify", "--port", f"rs32={port}", *two, "--precision", "float64"]) == 1
     assert "verdict: FAIL: 2 of 2 cases fail" in capsys.readouterr().out
 
 
