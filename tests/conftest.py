@@ -45,6 +45,10 @@ SHARED_MODULE_FIXTURES = {
         "ckit": "the mutation kit in C",
     },
     "tests/runtimes/command/test_command.py": {"rust_port": "the Rust kit's port, compiled (~3 s)"},
+    # not for its cost: each of these tests asserts that no process of the faulty port is left,
+    # found by the port's path, which the Python kit's tests share; side by side on two workers,
+    # one test saw the other's live port
+    "tests/runtimes/command/test_faults.py": {"entries": "the fault suite's cases"},
 }
 
 

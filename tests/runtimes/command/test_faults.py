@@ -84,4 +84,6 @@ def test_a_command_port_that_fails_a_call_loses_only_that_case_and_leaves_no_pro
     assert processes_with(str(faulty_port)) == []
     assert sleepers(marker) == []
     assert zombies() == []
-    assert seconds < 10, seconds  # nothing waits on the port beyond its 1 s timeout (generous: a busy machine)
+    # nothing waits on the port beyond its 1 s timeout (the default timeout is 30 s; 20 leaves room for a
+    # loaded machine)
+    assert seconds < 20, seconds
