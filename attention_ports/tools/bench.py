@@ -71,6 +71,7 @@ KITS: dict[str, str] = {
     "rust": "kits/rust/example/port.toml",
     "javascript": "kits/node/example/port.toml",
     "python": "kits/python/example/port.py",
+    "octave": "kits/octave/example/port.toml",
 }
 KIT_SMALL = (4, 4)  # float64: 128 bytes each way
 KIT_LARGE = (512, 1024)  # float64: 4 MiB each way
