@@ -220,7 +220,21 @@ end
 # ---------------------------------------------------------------------------------------------
 # The wire protocol.
 
-_readstr(io::IO) = String(read!(io, Vector{UInt8}(undef, ltoh(read(io, UInt32)))))
+# A body is read whole from the pipe first (its frame says how long it is), then decoded from
+# memory; every length inside it is checked against what is left before anything is allocated, so
+# a body that lies about a length is a malformed request, answered 'E' (docs/protocol.md "Errors"),
+# not a wait for bytes that never come or an allocation of the lie.
+function need(io::IO, n::Integer)
+    left = bytesavailable(io)
+    0 <= n <= left || throw(MalformedRequest("truncated body: $n bytes wanted at offset $(position(io)), $left left"))
+    return Int(n)
+end
+
+struct MalformedRequest <: Exception
+    msg::String
+end
+
+_readstr(io::IO) = String(read!(io, Vector{UInt8}(undef, need(io, ltoh(read(io, UInt32))))))
 
 function _writestr(io::IO, s::AbstractString)
     write(io, htol(UInt32(sizeof(s))))
@@ -238,9 +252,12 @@ function read_value(io::IO)
     tag == TAG_STR && return _readstr(io)
     if tag in (TAG_ARRAY, TAG_INT_ARRAY, TAG_BOOL_ARRAY, TAG_F32_ARRAY, TAG_F16_ARRAY)
         nd = Int(read(io, UInt8))
+        need(io, 8 * nd)
         dims = Int[ltoh(read(io, Int64)) for _ in 1:nd]
         T = tag == TAG_ARRAY ? Float64 : tag == TAG_INT_ARRAY ? Int64 : tag == TAG_F32_ARRAY ? Float32 :
             tag == TAG_F16_ARRAY ? Float16 : UInt8
+        all(d -> 0 <= d <= bytesavailable(io), dims) || need(io, -1)
+        need(io, sizeof(T) * prod(big.(dims)))   # big: 32 dims cannot overflow it
         a = Array{T}(undef, dims...)
         read!(io, a)                     # column-major: the C-order bytes of the transposed array
         return tag == TAG_BOOL_ARRAY ? a .!= 0x00 : a
@@ -354,17 +371,18 @@ end
 
 start_message(buf::IOBuffer) = (write(buf, zeros(UInt8, HEADER_BYTES)); buf)
 
-# The request header: its id; nothing if the supervisor closed the pipe.
+# The request header: its id and body length; nothing if the supervisor closed the pipe.
 function read_header(input::IO)
     eof(input) && return nothing
     header = Vector{UInt8}(undef, HEADER_BYTES)
     unsafe_read(input, pointer(header), HEADER_BYTES)
     header[1:4] == REQUEST_MAGIC || error("protocol error: not a request frame")
-    id = zero(UInt64)
+    id, n = zero(UInt64), zero(UInt64)
     for i in 8:-1:1
         id = (id << 8) | header[4 + i]
+        n = (n << 8) | header[12 + i]
     end
-    return id
+    return id, n
 end
 
 # Die with the supervisor (its docstring says why both steps): be SIGKILLed when the parent
@@ -418,12 +436,28 @@ function serve(path::AbstractString)
     write_any(buf, declaration(mod))
     send(output, zero(UInt64), buf)
     while true
-        id = read_header(input)
-        id === nothing && return
-        kind = read(input, UInt8)
+        header = read_header(input)
+        header === nothing && return
+        id, n = header
+        n < UInt64(1) << 40 || error("protocol error: a request body of $n bytes")
+        body = Vector{UInt8}(undef, n)
+        # not read(input, n): on a pipe, Julia 1.5's read waits for eof() after the last byte, that
+        # is, for the next request; unsafe_read stops at n (EOFError if the pipe closes first)
+        GC.@preserve body unsafe_read(input, pointer(body), n)
+        io = IOBuffer(body)
+        kind = eof(io) ? 0x00 : read(io, UInt8)
         kind == UInt8('Q') && return
-        kind == UInt8('C') || error("protocol error: unknown request $(repr(kind))")
-        op, args, kwargs = read_request(input)
+        request = try
+            kind == UInt8('C') || throw(MalformedRequest("unknown request kind $(repr(kind))"))
+            read_request(io)
+        catch e
+            e isa Union{MalformedRequest,EOFError,ArgumentError,InexactError} || rethrow()
+            write(start_message(buf), UInt8('E'))
+            _writestr(buf, "malformed request: " * (e isa MalformedRequest ? e.msg : sprint(showerror, e)))
+            send(output, id, buf)
+            continue
+        end
+        op, args, kwargs = request
         status, msg, results, seconds = call_op(mod, path, op, args, kwargs)
         flush_output()                      # what the port printed goes out before the reply
         if status === :ok
