@@ -291,7 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     s = sub.add_parser(
-        "setup", help="install a runtime with the packaged installer (R + rpy2, Julia, a C compiler, Octave)"
+        "setup",
+        help="install a runtime with the packaged installer (R + rpy2, Julia, a C compiler, Octave, rustc, Node; "
+        "python: the Python kit needs only NumPy)",
     )
     s.add_argument("runtime", choices=installers.RUNTIMES)
 
@@ -307,9 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--timeout", type=seconds, default=10.0, help="seconds the port has for each probe (default 10)")
 
     i = sub.add_parser("init", help="write a port skeleton with every contract operation as a stub")
-    i.add_argument("language", choices=[*skeleton.LANGUAGES, "c", "octave"])
+    i.add_argument("language", choices=[*skeleton.LANGUAGES, "c", "octave", *skeleton_kits.LANGUAGES])
     i.add_argument(
-        "path", type=Path, help="the new file (.R for r, .jl for julia, .c for c, .m for octave); never overwritten"
+        "path",
+        type=Path,
+        help="the new file (.R for r, .jl for julia, .c for c, .m for octave, .rs for rust, .js for javascript, "
+        ".py for python); never overwritten",
     )
     i.add_argument(
         "--precision",
@@ -670,6 +675,13 @@ def cmd_init(args: argparse.Namespace) -> int:
             print(f"attention-ports init: --precision {args.precision} is for julia, not octave", file=sys.stderr)
             return EXIT_BAD_INPUT
         return skeleton_octave.main(args.path)
+    if args.language in skeleton_kits.LANGUAGES:
+        if args.precision != "float64":  # the kits' skeletons are float64; a float32 port declares it itself
+            print(
+                f"attention-ports init: --precision {args.precision} is for julia, not {args.language}", file=sys.stderr
+            )
+            return EXIT_BAD_INPUT
+        return skeleton_kits.main(args.language, args.path)
     return skeleton.main(args.language, args.path, args.precision)
 
 

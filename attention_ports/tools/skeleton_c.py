@@ -56,7 +56,7 @@ command = ["./{name}"]
 """
 
 
-def _shape(op: str, name: str) -> str:
+def shape(op: str, name: str) -> str:
     role = ops.get(op).role(name)
     text = skeleton.shape(op, name, "r").split(";")[0]  # R's shapes are the reference's
     if role is Role.INDEX:
@@ -73,14 +73,14 @@ def render(path_hint: str, manifest: str) -> str:
         lines = [f"// {spec.name}({', '.join([*spec.args, *spec.groups, *spec.positional_options, *optional])})"]
         lines += [f"// {line}" for line in skeleton.NOTES[spec.name].splitlines()]
         for a in spec.args:
-            lines.append(f"//   {a}: {_shape(spec.name, a)}")
+            lines.append(f"//   {a}: {shape(spec.name, a)}")
         for group, members in spec.groups.items():
             lines.append(f"//   {group}: a group (AP_GROUP) of {', '.join(members)}, each shaped like its parameter")
             lines.append(f'//     (a member: ap_group_array(c, r, "{group}", "{members[0]}", AP_F64_ARRAY, -1), ...)')
         for o in spec.positional_options:
             lines.append(f"//   {o}: {skeleton.OPTIONS[o][0]}")
         for k in spec.kwargs:
-            lines.append(f"//   {k} (optional): {_shape(spec.name, k)}")
+            lines.append(f"//   {k} (optional): {shape(spec.name, k)}")
         for o in skeleton.port_options(spec):
             lines.append(f"//   {o} (optional): {skeleton.OPTIONS[o][0]}")
         lines.append(f"// outputs: {', '.join(spec.outputs)} (ap_output, by these names)")
