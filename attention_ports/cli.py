@@ -48,7 +48,7 @@ from attention_ports.runtimes import reaper, registry, supervisor
 from attention_ports.spec import ops
 from attention_ports.spec import precision as formats
 from attention_ports.spec.catalogue import CatalogueError
-from attention_ports.tools import doctor, installers, skeleton, skeleton_c, skeleton_octave
+from attention_ports.tools import doctor, installers, skeleton, skeleton_c, skeleton_kits, skeleton_octave
 from attention_ports.tools.mutation import MutantError
 
 DEFAULT_IMPLS = list(registry.IMPLEMENTATIONS)

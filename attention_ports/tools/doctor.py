@@ -21,9 +21,9 @@ from importlib.util import find_spec
 from attention_ports.core import paths
 
 #: What ``--need`` may name; every check belongs to one of these or to "core" (always needed).
-NEEDS = ("torch", "r", "julia", "c", "octave")
-# A bare `doctor` asks for what `verify` runs by default; a kit's toolchain (the C compiler, Octave)
-# only with --need: a machine that runs no C port needs no compiler.
+NEEDS = ("torch", "r", "julia", "c", "octave", "rust", "javascript", "python")
+# A bare `doctor` asks for what `verify` runs by default; a kit's toolchain (the C compiler, Octave,
+# rustc, Node, the Python kit's NumPy) only with --need: a machine that runs no C port needs no compiler.
 DEFAULT_NEEDS = ("torch", "r", "julia")
 PROBE_TIMEOUT_S = 120  # a first Julia start on a cold disk can take a while
 
@@ -144,6 +144,33 @@ def check_octave() -> Check:
     return Check("Octave", ok, f"{said} ({octave})" if ok else said, need="octave", fix=fix)
 
 
+def check_rust() -> Check:
+    """rustc for ports on the Rust kit (the standard library only: no cargo)."""
+    fix = "attention-ports setup rust"
+    rustc = shutil.which("rustc")
+    if rustc is None:
+        return Check("rustc", False, "no rustc on PATH", need="rust", fix=fix)
+    ok, said = _probe([rustc, "--version"])
+    return Check("rustc", ok, f"{said} ({rustc})" if ok else said, need="rust", fix=fix)
+
+
+def check_javascript() -> Check:
+    """Node for ports on the JavaScript kit (no npm dependency)."""
+    fix = "attention-ports setup javascript"
+    node = shutil.which("node")
+    if node is None:
+        return Check("Node", False, "no node on PATH", need="javascript", fix=fix)
+    ok, said = _probe([node, "--version"])
+    return Check("Node", ok, f"Node {said} ({node})" if ok else said, need="javascript", fix=fix)
+
+
+def check_python_kit() -> Check:
+    """The Python kit's ports run with this Python (``verify --port py=PORT.py``) and need NumPy only."""
+    ok, said = _python_probe("import numpy; print(numpy.__version__)")
+    detail = f"Python {platform.python_version()} ({sys.executable}), NumPy {said}" if ok else said
+    return Check("Python kit", ok, detail, need="python", fix=_pip("numpy>=1.24"))
+
+
 def check_r() -> tuple[Check, Check]:
     fix = "attention-ports setup r"
     rscript = shutil.which("Rscript")
@@ -259,13 +286,24 @@ def run_checks(needs: Iterable[str] = NEEDS) -> list[Check]:
         "julia": check_julia,
         "c": check_c,
         "octave": check_octave,
+        "rust": check_rust,
+        "javascript": check_javascript,
+        "python": check_python_kit,
     }
     with ThreadPoolExecutor(max_workers=len(NEEDS)) as pool:
         futures = {name: pool.submit(probes[name]) for name in wanted}
         checks = [check_python(), check_numpy(), check_fixtures()]
         for name in NEEDS:
             if name not in futures:
-                label = {"r": "R", "julia": "Julia", "c": "C compiler", "octave": "Octave"}.get(name, name)
+                label = {
+                    "r": "R",
+                    "julia": "Julia",
+                    "c": "C compiler",
+                    "octave": "Octave",
+                    "rust": "rustc",
+                    "javascript": "Node",
+                    "python": "Python kit",
+                }.get(name, name)
                 checks.append(Check(label, False, "not checked (not asked for with --need)", name, optional=True))
                 continue
             got = futures[name].result()

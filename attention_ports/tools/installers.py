@@ -1,5 +1,6 @@
-"""``attention-ports setup r|julia|c|octave``: run the packaged installers (scripts/install_r.sh,
-install_julia.sh, install_c.sh, install_octave.sh).
+"""``attention-ports setup r|julia|c|octave|rust|javascript|python``: run the packaged installers
+(scripts/install_r.sh, install_julia.sh, install_c.sh, install_octave.sh, install_rust.sh,
+install_javascript.sh, install_python.sh).
 
 The scripts travel in the wheel (attention_ports/core/paths.py says where they are), so an installed
 tool sets up its runtimes exactly as a checkout's ``make setup`` does:
@@ -14,6 +15,10 @@ tool sets up its runtimes exactly as a checkout's ``make setup`` does:
   password-less sudo), for ports written on the C kit (docs/protocol.md).
 - octave: an ``octave-cli`` on PATH when there is one; otherwise Debian's octave package without
   its recommends (root or password-less sudo), for ports written on the Octave kit.
+- rust: a ``rustc`` on PATH when there is one; otherwise Debian's rustc (the Rust kit needs no cargo).
+- javascript: a ``node`` on PATH when there is one; otherwise Debian's nodejs (no npm dependency).
+- python: nothing: the Python kit needs NumPy only, which this tool depends on; the installer checks
+  that *this* Python imports it (a JAX or CuPy port brings its own library).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import sys
 
 from attention_ports.core import paths
 
-RUNTIMES = ("r", "julia", "c", "octave")
+RUNTIMES = ("r", "julia", "c", "octave", "rust", "javascript", "python")
 
 
 def command(runtime: str) -> tuple[list[str], dict[str, str]]:
@@ -34,9 +39,9 @@ def command(runtime: str) -> tuple[list[str], dict[str, str]]:
         raise ValueError(f"setup takes one of {', '.join(RUNTIMES)}, not {runtime!r}")
     script = paths.SCRIPTS / f"install_{runtime}.sh"
     env = dict(os.environ)
-    if runtime == "r":
+    if runtime in ("r", "python"):  # R's rpy2 goes into this Python; the Python kit's ports run with it
         return ["bash", str(script), sys.executable], env
-    if runtime in ("c", "octave"):
+    if runtime in ("c", "octave", "rust", "javascript"):
         return ["bash", str(script)], env
     env["ATTENTION_PORTS_JULIA_PREFIX"] = str(paths.julia_prefix())
     return ["bash", str(script)], env
