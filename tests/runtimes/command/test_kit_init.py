@@ -9,14 +9,17 @@ rustc step (~3 s each); node and this Python start in well under a second.
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from attention_ports import cli
 from attention_ports.tools import doctor, installers
 from tests.conftest import require
 from tests.runtimes.command.test_command import KITS, need_node
+from tests.wheel_env import ROOT
 
 # language: (port file, what verify is given, the example's softmax (start, end), the stub's (start, end), listing)
 KIT = {
@@ -100,3 +103,55 @@ def test_the_kits_toolchain_is_known_to_setup_doctor_and_the_tests_installer(lan
         if found.ok:
             assert found.detail.startswith("rustc 1." if lang == "rust" else "Node v"), found.detail
         assert f"install_{lang}.sh" in (script.parent / "install_kits.sh").read_text()  # the tests' set-up
+
+
+CI_KITS = ROOT / "examples" / "ci" / "kit-ports.yml"
+SOURCE = {"c": ".c", "rust": ".rs", "javascript": ".js", "python": ".py"}
+# Each `attention-ports` command a step runs, recorded (NUL-separated arguments, one file a command)
+# by a bash function of that name instead of run: the steps' own shell expands their variables.
+_RECORD = 'n=0; attention-ports() { n=$((n + 1)); printf "%s\\0" "$@" > "$RECORD.$n"; }; python() { :; }\n'
+
+
+def test_the_kit_ports_ci_example_runs_commands_our_cli_accepts_on_ports_init_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """examples/ci/kit-ports.yml: valid YAML, one matrix job per kit (C, Rust, JavaScript, Python),
+    and each `run:` step's attention-ports commands, expanded by bash with the job's environment
+    as GitHub sets it, parsed by our command line (the setup and doctor names, verify's --port on
+    the files `init` writes). Nothing is installed or run: the Octave example's test runs its steps."""
+    doc = yaml.safe_load(CI_KITS.read_text())
+    (job,) = doc["jobs"].values()
+    entries = job["strategy"]["matrix"]["include"]
+    assert [e["kit"] for e in entries] == ["c", "rust", "javascript", "python"]
+    monkeypatch.chdir(tmp_path)
+    parser = cli.build_parser()
+    for entry in entries:
+        assert cli.main(["init", entry["kit"], str(Path(entry["port"]).with_suffix(SOURCE[entry["kit"]]))]) == 0
+        env = {
+            k: v.replace("${{ matrix.kit }}", entry["kit"]).replace("${{ matrix.port }}", entry["port"])
+            for k, v in {**doc["env"], **job["env"]}.items()
+        }
+        assert all("${{" not in v for v in env.values()), env
+        record = tmp_path / f"{entry['kit']}.cmd"
+        commands: list[list[str]] = []
+        for step in (s for s in job["steps"] if "run" in s):
+            assert "${{" not in step["run"], step
+            script = _RECORD + step["run"]
+            proc = subprocess.run(
+                ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+                env={"PATH": "/usr/bin:/bin", "CI": "true", "RECORD": str(record), **env},
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert proc.returncode == 0, proc.stderr
+            for made in sorted(tmp_path.glob(f"{record.name}.*"), key=lambda p: int(p.suffix[1:])):
+                commands.append(made.read_bytes().decode().split("\0")[:-1])
+                made.unlink()
+        assert [c[0] for c in commands] == ["setup", "doctor", "check-port", "verify"], commands
+        for argv in commands:
+            args = parser.parse_args(argv)  # an unknown LANG or option, or a missing port file: SystemExit
+            assert args.command == argv[0]
+        assert commands[0] == ["setup", entry["kit"]] and commands[1] == ["doctor", "--need", entry["kit"]]
+        verify = commands[3]
+        assert verify[verify.index("--port") + 1] == f"{entry['kit']}={entry['port']}"
