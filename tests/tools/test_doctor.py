@@ -83,4 +83,4 @@ def test_setup_runs_the_installers_from_the_asset_root() -> None:
     # In a checkout Julia goes where make setup puts it; an installed package uses a per-user folder.
     assert env["ATTENTION_PORTS_JULIA_PREFIX"] == str(ROOT / ".local" / "julia")
     with pytest.raises(ValueError, match="setup takes one of r, julia"):
-        installers.command("python")
+        installers.command("perl")
