@@ -45,8 +45,8 @@ KIT = {
         "//",
         "# {name}'s manifest: `attention-ports verify --port rs={name}.toml` builds it with rustc, then runs it.\n"
         'language = "rust"\n'
-        'build = ["rustc", "-O", "--edition", "2021", "-o", "{name}", {file}]\n'
-        'command = ["./{name}"]\n',
+        'build = ["rustc", "-O", "--edition", "2021", "-o", {program}, {file}]\n'
+        "command = [{command}]\n",
     ),
     "javascript": Kit(
         "javascript",
@@ -65,7 +65,7 @@ LANGUAGES = tuple(KIT)
 _ACCESS = {
     "rust": 'c.f64_array("x")?, c.optional_f64_array("mask")?, c.option_f64("scale"), c.option_i64(...)',
     "javascript": "a.x (or a.mask, undefined when absent): { dtype, shape, data: Float64Array }; options are numbers",
-    "python": "parameters by these names: arrays are NumPy float64; an optional one absent is None",
+    "python": "NumPy float64 arrays; an optional one absent is None",
 }
 
 _TOP = {
@@ -104,20 +104,18 @@ const {{ serve, zeros }} = require(path.join(__dirname, "attention_port.js"));
 
     attention-ports verify --port py={manifest}
 
-Compute with NumPy, JAX, CuPy or plain Python. Each operation takes its arguments by the contract's
-names ({access}) and returns a dict of its outputs by these names (anything numpy.asarray takes),
-or raises for an input it refuses. Arrays are the reference's shapes, row-major, as NumPy holds
-them; indices (class labels, token ids) count from 0. Where a note below speaks of R's layout, it
-is yours (the reference's), but count from 0.
+Compute with NumPy, JAX, CuPy or plain Python. Each operation takes its arguments by the
+contract's names ({access}) and
+returns a dict of its outputs by these names (anything numpy.asarray takes), or raises for an
+input it refuses. Arrays are the reference's shapes, row-major, as NumPy holds them; indices
+(class labels, token ids) count from 0. Where a note below speaks of R's layout, it is yours (the
+reference's), but count from 0.
 """
-
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # attention_port.py, beside this file
-from attention_port import serve  # noqa: E402
+# the kit, attention_port.py beside this file (Python puts a script's folder on sys.path)
+from attention_port import serve
 ''',
 }
 
@@ -161,7 +159,7 @@ def _stub(lang: str, spec: OpSpec) -> list[str]:
     # Python: the kit passes the positional arguments positionally, the others by name
     params = [*spec.args, *spec.groups, *spec.positional_options]
     params += [f"{k}=None" for k in (*spec.kwargs, *skeleton.port_options(spec))]
-    return [f"def {spec.name}({', '.join(params)}):", f"    raise NotImplementedError({message!r})"]
+    return [f"def {spec.name}({', '.join(params)}):", f"    raise NotImplementedError({json.dumps(message)})"]
 
 
 def _entry(lang: str, name: str) -> str:
@@ -216,7 +214,15 @@ def main(lang: str, path: Path) -> int:
         return 2
     wrote = [str(path)]
     if manifest is not None and kit.manifest is not None:
-        skeleton.atomic_create(manifest, kit.manifest.format(name=path.stem, file=json.dumps(path.name)))
+        skeleton.atomic_create(
+            manifest,
+            kit.manifest.format(
+                name=path.stem,
+                file=json.dumps(path.name),
+                program=json.dumps(path.stem),
+                command=json.dumps(f"./{path.stem}"),
+            ),
+        )
         wrote.append(str(manifest))
     copy = path.parent / kit.kit.name
     if not copy.exists():
