@@ -75,6 +75,7 @@ class InstalledTool:
     venv: Path
     wheel: Path
     seconds: dict[str, float] = field(default_factory=dict)
+    data_home: Path | None = None  # its $XDG_DATA_HOME (see install)
 
     @property
     def bin(self) -> Path:
@@ -86,6 +87,8 @@ class InstalledTool:
         path = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != ours]
         env["PATH"] = os.pathsep.join([str(self.bin), *path])
         env["VIRTUAL_ENV"] = str(self.venv)
+        if self.data_home is not None:
+            env["XDG_DATA_HOME"] = str(self.data_home)
         for k, v in extra.items():
             if v is None:
                 env.pop(k, None)
@@ -115,7 +118,17 @@ def install(work: Path) -> InstalledTool:
     # No ensurepip (~5 s): this interpreter's pip installs into the new venv (pip >= 22.3 has
     # --python), pip itself included, since `attention-ports setup r` and users need one there.
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
-    tool = InstalledTool(venv, wheel, seconds)
+    # The checkout's Julia system image, where the installed tool looks for one (its user data
+    # folder): the tests hand it the checkout's Julia, so the image's runtime key matches, and every
+    # Julia start of the CI example and packaging tests skips recompiling the worker (the image
+    # answers bit for bit as the stock one: tests/runtimes/julia/test_sysimage.py). A user's first
+    # runs are on the stock image; what these tests check is verdicts and reports, not start-up.
+    data_home = work / "data"
+    (data_home / "attention-ports").mkdir(parents=True)
+    images = ROOT / ".local" / "julia-sysimage"
+    if images.is_dir():
+        (data_home / "attention-ports" / "julia-sysimage").symlink_to(images, target_is_directory=True)
+    tool = InstalledTool(venv, wheel, seconds, data_home)
     argv = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", *PIP_QUIET]
     pip = tool.run([*argv, str(wheel), "pytest", "pip"], work)
     assert pip.returncode == 0, pip.stdout + pip.stderr
