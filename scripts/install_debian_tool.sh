@@ -2,7 +2,8 @@
 # install_debian_tool.sh WHO COMMAND PACKAGE...: a kit's toolchain from Debian's packages. A COMMAND
 # already on PATH is used as it is; otherwise the PACKAGEs are installed without their recommends (as
 # root, or through password-less sudo). Idempotent. The one place the kits' installers
-# (install_rust.sh, install_javascript.sh, install_kits.sh) say how to get a package.
+# (install_c.sh, install_octave.sh, install_rust.sh, install_javascript.sh, install_kits.sh) say how
+# to get a package.
 set -euo pipefail
 
 who=$1 tool=$2
