@@ -1336,17 +1336,10 @@ def _transformer_variants(ctx: Context):
             lambda: {first: _variant(op, inputs, options, residual="post")},
         )
     if forward and heads > 1:
-        for kind, out_too, what in (
-            ("strided", False, "each head takes every H-th projected feature (h, h + H, ...), not a contiguous "
-             "block of d / H"),
-            ("strided", True, "each head takes every H-th projected feature (h, h + H, ...) and writes its output back "
-             "the same way, not a contiguous block of d / H"),
-            ("reversed", False, "the heads' outputs are concatenated in reverse order before w_o"),
-        ):  # fmt: skip
+        for kind, out_too, what in _HEAD_MISTAKES:
             yield (
                 f"tf=heads_{kind}_{out_too}",
-                f"the heads are split wrongly{where}: {what} (head h is projected features (h - 1) d / H + 1 .. "
-                "h d / H, counted from 1, in order)",
+                _heads_said(what, where),
                 lambda kind=kind, out_too=out_too: ref(ins=_heads_permuted(inputs, heads, kind, out_too)),
             )
     if forward:
@@ -1375,6 +1368,23 @@ def _transformer_variants(ctx: Context):
         )
 
 
+# The ways a port splits or joins heads wrongly (kind, whether the output is written back the same
+# way, what the port did): the block's and multi-head attention's variants both try each.
+_HEAD_MISTAKES = (
+    ("strided", False, "each head takes every H-th projected feature (h, h + H, ...), not a contiguous block of d / H"),
+    ("strided", True, "each head takes every H-th projected feature (h, h + H, ...) and writes its output back the "
+     "same way, not a contiguous block of d / H"),
+    ("reversed", False, "the heads' outputs are concatenated in reverse order before w_o"),
+)  # fmt: skip
+
+
+def _heads_said(what: str, where: str = "") -> str:
+    return (
+        f"the heads are split wrongly{where}: {what} (head h is projected features (h - 1) d / H + 1 .. h d / H, "
+        "counted from 1, in order)"
+    )
+
+
 def _is_square(weight: np.ndarray) -> bool:
     shape = np.shape(weight)
     return len(shape) >= 2 and shape[-1] == shape[-2]
@@ -1387,17 +1397,10 @@ def _attention_variants(ctx: Context):
     ref = lambda ins: _reference(op, ins, options)  # noqa: E731
     heads = int(options.get("num_heads") or 1)
     if op == "multi_head_attention" and heads > 1:
-        for kind, out_too, what in (
-            ("strided", False, "each head takes every H-th projected feature (h, h + H, ...), not a contiguous "
-             "block of d / H"),
-            ("strided", True, "each head takes every H-th projected feature (h, h + H, ...) and writes its output "
-             "back the same way, not a contiguous block of d / H"),
-            ("reversed", False, "the heads' outputs are concatenated in reverse order before w_o"),
-        ):  # fmt: skip
+        for kind, out_too, what in _HEAD_MISTAKES:
             yield (
                 f"mha=heads_{kind}_{out_too}",
-                f"the heads are split wrongly: {what} (head h is projected features (h - 1) d / H + 1 .. h d / H, "
-                "counted from 1, in order)",
+                _heads_said(what),
                 lambda kind=kind, out_too=out_too: ref(_heads_permuted(inputs, heads, kind, out_too, prefix="")),
             )
     names = ("w_q", "w_k", "w_v", "w_o") if op == "multi_head_attention" else ("w_q", "w_k", "w_v")
