@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from attention_ports.core.io import current_umask
@@ -304,6 +305,39 @@ def shape(op: str, name: str, lang: str) -> str:
 def port_options(spec: ops.OpSpec) -> list[str]:
     """The named options a port takes: the rotary pairing is declared, not passed (spec/pairing.py)."""
     return [o for o in spec.options if not (spec.name in pairing.OPS and o == pairing.OPTION)]
+
+
+def kit_comment(
+    spec: ops.OpSpec,
+    c: str,
+    shape: Callable[[str, str], str],
+    *,
+    prefix: str = "",
+    group: Callable[[str, tuple[str, ...]], list[str]] | None = None,
+    outputs: str | None = None,
+) -> list[str]:
+    """The comment above a kit skeleton's stub (C, Octave, Rust, JavaScript, Python): the call, its
+    notes, each argument with its shape, the outputs. ``c`` starts a comment line, ``prefix`` names
+    an argument (Octave's ``a.``), ``shape(op, name)`` says an array's shape in the kit's terms;
+    ``group`` and ``outputs`` replace the default lines for a group and for the outputs."""
+    optional = [f"[{k}]" for k in (*spec.kwargs, *port_options(spec))]
+    lines = [f"{c} {spec.name}({', '.join([*spec.args, *spec.groups, *spec.positional_options, *optional])})"]
+    lines += [f"{c} {line}" for line in NOTES[spec.name].splitlines()]
+    for a in spec.args:
+        lines.append(f"{c}   {prefix}{a}: {shape(spec.name, a)}")
+    for name, members in spec.groups.items():
+        if group is not None:
+            lines += group(name, members)
+        else:
+            lines.append(f"{c}   {prefix}{name}: a group of {', '.join(members)}, each shaped like its parameter")
+    for o in spec.positional_options:
+        lines.append(f"{c}   {prefix}{o}: {OPTIONS[o][0]}")
+    for k in spec.kwargs:
+        lines.append(f"{c}   {prefix}{k} (optional): {shape(spec.name, k)}")
+    for o in port_options(spec):
+        lines.append(f"{c}   {prefix}{o} (optional): {OPTIONS[o][0]}")
+    lines.append(f"{c} outputs: {outputs if outputs is not None else ', '.join(spec.outputs) + ' (by these names)'}")
+    return lines
 
 
 def signature(spec: ops.OpSpec, lang: str) -> str:

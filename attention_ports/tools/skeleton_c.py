@@ -69,21 +69,16 @@ def shape(op: str, name: str) -> str:
 def render(path_hint: str, manifest: str) -> str:
     blocks = [_TOP.format(path=path_hint, manifest=manifest)]
     for spec in ops.OPS.values():
-        optional = [f"[{k}]" for k in (*spec.kwargs, *skeleton.port_options(spec))]
-        lines = [f"// {spec.name}({', '.join([*spec.args, *spec.groups, *spec.positional_options, *optional])})"]
-        lines += [f"// {line}" for line in skeleton.NOTES[spec.name].splitlines()]
-        for a in spec.args:
-            lines.append(f"//   {a}: {shape(spec.name, a)}")
-        for group, members in spec.groups.items():
-            lines.append(f"//   {group}: a group (AP_GROUP) of {', '.join(members)}, each shaped like its parameter")
-            lines.append(f'//     (a member: ap_group_array(c, r, "{group}", "{members[0]}", AP_F64_ARRAY, -1), ...)')
-        for o in spec.positional_options:
-            lines.append(f"//   {o}: {skeleton.OPTIONS[o][0]}")
-        for k in spec.kwargs:
-            lines.append(f"//   {k} (optional): {shape(spec.name, k)}")
-        for o in skeleton.port_options(spec):
-            lines.append(f"//   {o} (optional): {skeleton.OPTIONS[o][0]}")
-        lines.append(f"// outputs: {', '.join(spec.outputs)} (ap_output, by these names)")
+        lines = skeleton.kit_comment(
+            spec,
+            "//",
+            shape,
+            group=lambda group, members: [
+                f"//   {group}: a group (AP_GROUP) of {', '.join(members)}, each shaped like its parameter",
+                f'//     (a member: ap_group_array(c, r, "{group}", "{members[0]}", AP_F64_ARRAY, -1), ...)',
+            ],
+            outputs=f"{', '.join(spec.outputs)} (ap_output, by these names)",
+        )
         lines += [
             f"int {spec.name}(ap_call *c, ap_reply *r) {{",
             "    (void)c;",

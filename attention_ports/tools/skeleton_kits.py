@@ -174,20 +174,7 @@ def render(lang: str, path_hint: str, manifest: str) -> str:
     c = KIT[lang].comment
     blocks = [_TOP[lang].format(path=path_hint, manifest=manifest, access=_ACCESS[lang])]
     for spec in ops.OPS.values():
-        optional = [f"[{k}]" for k in (*spec.kwargs, *skeleton.port_options(spec))]
-        lines = [f"{c} {spec.name}({', '.join([*spec.args, *spec.groups, *spec.positional_options, *optional])})"]
-        lines += [f"{c} {line}" for line in skeleton.NOTES[spec.name].splitlines()]
-        for a in spec.args:
-            lines.append(f"{c}   {a}: {skeleton_c.shape(spec.name, a)}")
-        for group, members in spec.groups.items():
-            lines.append(f"{c}   {group}: a group of {', '.join(members)}, each shaped like its parameter")
-        for o in spec.positional_options:
-            lines.append(f"{c}   {o}: {skeleton.OPTIONS[o][0]}")
-        for k in spec.kwargs:
-            lines.append(f"{c}   {k} (optional): {skeleton_c.shape(spec.name, k)}")
-        for o in skeleton.port_options(spec):
-            lines.append(f"{c}   {o} (optional): {skeleton.OPTIONS[o][0]}")
-        lines.append(f"{c} outputs: {', '.join(spec.outputs)} (by these names)")
+        lines = skeleton.kit_comment(spec, c, skeleton_c.shape)
         blocks.append("\n".join([*lines, *_stub(lang, spec)]) + "\n")
     entries = "\n".join(_entry(lang, name) for name in ops.OPS)
     blocks.append(_BOTTOM[lang].format(entries=entries))

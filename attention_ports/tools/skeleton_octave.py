@@ -72,20 +72,16 @@ def _output(op: str, name: str) -> str:
 def render(path_hint: str, manifest: str) -> str:
     blocks = [_TOP.format(path=path_hint, manifest=manifest)]
     for spec in ops.OPS.values():
-        optional = [f"[{k}]" for k in (*spec.kwargs, *skeleton.port_options(spec))]
-        lines = [f"## {spec.name}({', '.join([*spec.args, *spec.groups, *spec.positional_options, *optional])})"]
-        lines += [f"## {line}" for line in skeleton.NOTES[spec.name].splitlines()]
-        for a in spec.args:
-            lines.append(f"##   a.{a}: {_shape(spec.name, a)}")
-        for group, members in spec.groups.items():
-            lines.append(f"##   a.{group}: a struct of {', '.join(members)}, each shaped like its parameter")
-        for o in spec.positional_options:
-            lines.append(f"##   a.{o}: {skeleton.OPTIONS[o][0]}")
-        for k in spec.kwargs:
-            lines.append(f"##   a.{k} (optional): {_shape(spec.name, k)}")
-        for o in skeleton.port_options(spec):
-            lines.append(f"##   a.{o} (optional): {skeleton.OPTIONS[o][0]}")
-        lines.append(f"## outputs: {', '.join(_output(spec.name, o) for o in spec.outputs)}")
+        lines = skeleton.kit_comment(
+            spec,
+            "##",
+            _shape,
+            prefix="a.",
+            group=lambda group, members: [
+                f"##   a.{group}: a struct of {', '.join(members)}, each shaped like its parameter"
+            ],
+            outputs=", ".join(_output(spec.name, o) for o in spec.outputs),
+        )
         lines += [
             f"function out = {spec.name} (a, dims)",
             f'  error ("{spec.name} is not written yet");',
