@@ -1075,11 +1075,15 @@ def _norm_variants(op: str, inputs: Mapping[str, np.ndarray], options: Mapping[s
         "eps is added outside the square root: sqrt(var) + eps instead of sqrt(var + eps)",
         lambda: _affine(_ln(x, eps, outside=True), w, b),
     )
-    yield (
-        "ln=no_eps",
-        "eps is missing: (x - mean) / sqrt(var) (a constant token divides 0 by 0)",
-        lambda: _affine(_ln(x, 0.0), w, b),
-    )
+    if x.shape[1] > 1:
+        no_eps = "eps is missing: (x - mean) / sqrt(var) (a constant token divides 0 by 0)"
+    else:  # one feature: the unbiased variance divides by d - 1 = 0 and gives the same 0 / 0
+        no_eps = (
+            "eps is missing, or the variance is the unbiased one (divided by d - 1, as R's var() or Julia's "
+            "Statistics.var): with one feature either gives (x - mean) / sqrt(0) = 0 / 0; layer_norm's "
+            "variance is the biased one plus eps"
+        )
+    yield ("ln=no_eps", no_eps, lambda: _affine(_ln(x, 0.0), w, b))
     yield (
         "ln=mean_over_tokens",
         "the mean is taken over the tokens (each feature's mean) instead of over each token's features",

@@ -520,6 +520,18 @@ def test_a_layer_norm_mistake_is_named(cid: str, mistake, line: str) -> None:
     assert line in diagnose.explain(c, "y", mistake(x, w, b))
 
 
+def test_one_features_nan_names_both_causes_that_give_it_not_eps_alone() -> None:
+    # With one feature, the unbiased variance divides by d - 1 = 0: the same 0 / 0 as a missing
+    # eps. The C mutation kit's unbiased-variance bug was told "eps is missing" here: a cause the
+    # port does not have.
+    c = case("ln_one_feature")
+    x, w, b = c.inputs["x"], c.inputs.get("weight"), c.inputs.get("bias")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        said = diagnose.explain(c, "y", _layer_norm(x, 1e-5, ddof=1) * w + b)
+    assert "eps is missing, or the variance is the unbiased one" in said
+    assert "eps is missing:" not in said
+
+
 def test_gelu_in_the_other_form_is_named_and_a_correct_one_is_not() -> None:
     c = case("gelu_erf_random")
     tanh = call_reference("gelu", c.inputs, {"approximate": "tanh"})["y"]
