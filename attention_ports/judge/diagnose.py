@@ -27,14 +27,16 @@ Checks, most specific first (the first that fits is the diagnosis):
    with it; attention_ports/spec/pairing.py): declare it;
 3. scale: the scores scaled by another factor (1, 1/sqrt(d_v), 1/sqrt(d_model), 1/d_k, the scale
    applied twice or as a divisor): names the factor and the likely cause;
-4. mask: the mask ignored, subtracted, scaled with the scores, read as a boolean, transposed, or a
-   causal mask off by one diagonal;
+4. mask: the mask ignored, subtracted, multiplied into the scores, scaled with the scores, read as
+   a boolean, transposed, or a causal mask off by one diagonal;
+   softmax: exp of the raw scores, no row maximum subtracted (overflowing or underflowing);
 5. constant: the array is a constant multiple of the expected one: names the constant (-1, 2,
    sqrt(2), n, sqrt(d_k), sqrt(d_k/d_model), ...) and a likely cause;
 6. whole array: a softmax normalised over the whole array instead of per query (per vector):
    each query's slice is the expected one times its own factor, and the factors sum to 1;
 7. row shift: each query's result one query early or late (an index slip);
-8. mask rows: wrong only in the queries the mask acts on, the others right (no variant above fits).
+8. mask rows: wrong only in the queries the mask acts on, the others right (no variant above fits):
+   where the error lies, and no cause.
 
 The normalisation layers and gelu (checked right after the axes): the known mistakes recomputed,
 the unbiased variance, eps outside the square root or missing, the mean over the tokens, the bias before the
@@ -800,7 +802,95 @@ def _check_mask(ctx: Context) -> str:
             inputs["mask"] = variant
         if _fits_variant(ctx, f"mask#{i}:{what}", lambda ins=inputs: _reference(ctx.case.op, ins, ctx.case.options)):
             return f"right for a different mask: {what}"
+    mask = _additive_mask(ctx.case)
+    if mask is not None and np.isneginf(mask).any() and np.all((mask == 0) | np.isneginf(mask)):
+        # a keep/remove mask multiplied into the scores (scores * (mask == 0)): a removed key gets
+        # the score 0, not -Inf; no additive mask gives that, so the attention is recomputed
+        if _fits_variant(ctx, "mask=multiplied", lambda: _attention_as(ctx.case, multiply_mask=True)):
+            return (
+                "right for a different mask: the mask multiplies the scores (keep = 1, remove = 0) instead of being "
+                "added (keep = 0, remove = -Inf): a removed key gets the score 0 instead of -Inf, so it keeps a weight"
+            )
     return ""
+
+
+# ---------------------------------------------------------------- 4b. a softmax without its maximum
+
+
+def _naive_softmax(s: np.ndarray) -> np.ndarray:
+    """exp(s) / sum(exp(s)) over the last axis, no maximum subtracted: Inf / Inf = NaN where a
+    score exceeds ~709.78, 0 / 0 = NaN where a whole row is below ~-745, as a port computes it."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        e = np.exp(s)
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def _stable_softmax(s: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def _attention_as(case: Case, naive: bool = False, multiply_mask: bool = False) -> dict[str, np.ndarray]:
+    """The case's attention recomputed with one mistake: the softmax without its maximum
+    (``naive``), or the mask multiplied into the scaled scores (``multiply_mask``). A query whose
+    every score is -Inf gets zero weights, as the reference gives it (the "zeros" convention)."""
+    ins = {k: np.asarray(v) for k, v in case.inputs.items()}
+    f64 = lambda n: np.asarray(ins[n], dtype=np.float64)  # noqa: E731
+
+    def project(x: str, w: str, b: str) -> np.ndarray:
+        out = f64(x) @ f64(w)
+        return out + f64(b) if b in ins else out
+
+    if case.op == "scaled_dot_product_attention":
+        q, k, v = f64("q"), f64("k"), f64("v")
+    elif case.op == "self_attention":
+        q, k, v = project("x", "w_q", "b_q"), project("x", "w_k", "b_k"), project("x", "w_v", "b_v")
+    else:
+        q, k, v = project("query", "w_q", "b_q"), project("key", "w_k", "b_k"), project("value", "w_v", "b_v")
+    h = int(case.options.get("num_heads") or 1) if case.op == "multi_head_attention" else 1
+    d, dv = q.shape[1] // h, v.shape[1] // h
+    given = case.options.get("scale") if case.op != "multi_head_attention" else None
+    scale = float(given) if given is not None else 1 / math.sqrt(d)
+    mask = _additive_mask(case)
+    heads, weights = [], []
+    for i in range(h):
+        cols = slice(i * d, (i + 1) * d)
+        s = (q[:, cols] @ k[:, cols].T) * scale
+        if mask is not None:
+            s = s * (mask == 0) if multiply_mask else s + mask
+        dead = np.all(np.isneginf(s), axis=-1)
+        w = _naive_softmax(s) if naive else _stable_softmax(s)
+        w[dead] = 0.0
+        heads.append(w @ v[:, i * dv : (i + 1) * dv])
+        weights.append(w)
+    out = np.concatenate(heads, axis=1)
+    if case.op != "multi_head_attention":
+        res = {"weights": weights[0], "output": out}
+        return res if case.op == "scaled_dot_product_attention" else {"q": q, "k": k, "v": v, **res}
+    out = out @ f64("w_o")
+    return {"output": out + f64("b_o") if "b_o" in ins else out, "weights": np.stack(weights)}
+
+
+def _check_softmax_maximum(ctx: Context) -> str:
+    if ctx.case.op == "softmax":
+        x = np.asarray(ctx.case.inputs["x"], dtype=np.float64)
+        run: Callable[[], dict[str, np.ndarray]] = lambda: {"y": _naive_softmax(x)}  # noqa: E731
+        what, sym = "x as it is", "x"
+    elif ctx.case.op in MASKED_OPS and ctx.output in ("weights", "output"):
+        if _dead_queries(ctx.case) and ctx.masked_query != "zeros":
+            return ""  # recomputed with the zeros convention only
+        run = lambda: _attention_as(ctx.case, naive=True)  # noqa: E731
+        what, sym = "the scores as they are", "s"
+    else:
+        return ""
+    if not _fits_variant(ctx, "softmax=naive", run):
+        return ""
+    return (
+        f"the softmax exponentiates {what}, exp({sym}) / sum(exp({sym})), without subtracting each row's "
+        f"maximum first: exp overflows (Inf / Inf = NaN) or underflows (0 / 0) at this case's values; "
+        f"compute exp({sym} - max({sym})) / sum(exp({sym} - max({sym})))"
+    )
 
 
 # ---------------------------------------------------------------- 5. a constant factor
@@ -996,6 +1086,9 @@ def _check_row_shift(ctx: Context) -> str:
 
 
 def _check_mask_rows(ctx: Context) -> str:
+    # Where the error lies, and no cause: every mask mistake the checks know (4) and the unstable
+    # softmax (4b) were tried and none fits. A cause named here would be a guess (a softmax that
+    # fails only on the masked rows' extreme scores was once told "the mask is applied wrongly").
     mask = _additive_mask(ctx.case) if ctx.case.op in MASKED_OPS else None
     bad = _bad_queries(ctx)
     if mask is None or not bad:
@@ -1006,8 +1099,8 @@ def _check_mask_rows(ctx: Context) -> str:
         return ""
     return (
         f"wrong only in the {ctx.queries(bad)}, where the mask acts; the {len(untouched)} unmasked "
-        f"quer{'y agrees' if len(untouched) == 1 else 'ies agree'}: the mask is applied wrongly "
-        f"(its sign, its scaling, its orientation, or its -Inf handling)"
+        f"quer{'y agrees' if len(untouched) == 1 else 'ies agree'} (no known mask mistake, nor a softmax "
+        f"without its maximum, gives these numbers)"
     )
 
 
@@ -1804,6 +1897,7 @@ CHECKS: tuple[Callable[[Context], str], ...] = (
     _check_pairing,
     _check_scale,
     _check_mask,
+    _check_softmax_maximum,
     _check_constant,
     _check_whole_array,
     _check_row_shift,

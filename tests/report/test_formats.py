@@ -164,7 +164,7 @@ def test_json_v5_keeps_v2_fields_and_stores_a_cases_shared_fields_once(report: R
     assert {row["output"] for row in bad} == {"output", "weights"}
     for row in bad:
         assert row["status"] == "fail" and row["mismatches"] > 0 and row["total"] == np.prod(row["expected_shape"])
-        assert row["diagnosis"].startswith("wrong only in the queries 1, 2, 3, 4, 5, 6, 7, where the mask acts")
+        assert row["diagnosis"].startswith("right for a different mask: the mask multiplies the scores")
         assert "flags" not in row and "reason" not in row  # format 5: once per case, in "cases"
     (case,) = [c for c in doc["cases"] if c["impl"] == "r" and c["case"] == FAILING]
     assert case["flags"] == ["mask", "random"] and case["reason"]
@@ -215,15 +215,15 @@ def test_junit_has_one_testcase_per_implementation_and_case(report: Report, tmp_
     # the headline and the diagnosis: an annotation reporter shows the attribute, not the body
     assert failure.get("message").startswith(
         "case 'sdpa_causal_additive', output 'output': 28 of 32 elements (87.5%) differ beyond their error bounds"
-        " -- diagnosis: wrong only in the queries 1, 2, 3, 4, 5, 6, 7, where the mask acts;"
+        " -- diagnosis: right for a different mask: the mask multiplies the scores (keep = 1, remove = 0)"
     )
-    assert "the mask is applied wrongly" in failure.get("message")
+    assert "a removed key gets the score 0 instead of -Inf" in failure.get("message")
     # classnames group by implementation and operation
     assert {tc.get("classname") for tc in suites[1].findall("testcase")} == {
         "attention_ports.r.scaled_dot_product_attention",
         "attention_ports.r.softmax",
     }
-    assert "  diagnosis: wrong only in the queries" in failure.text
+    assert "  diagnosis: right for a different mask: the mask multiplies the scores" in failure.text
     assert "  what this case tests: The same causal mask in additive form" in failure.text
     assert r_suite[MISSING].find("skipped") is not None
     assert r_suite[PASSING].find("failure") is None and r_suite[PASSING].find("skipped") is None
@@ -257,7 +257,7 @@ def test_markdown_summary_leads_with_the_verdict_and_lists_each_failure(report: 
     assert "| implementation | pass | fail | error | missing | unavailable |" in lines
     assert "| r | 1 | 1 | 0 | 1 | 0 |" in lines
     row = next(ln for ln in lines if ln.startswith("| r | `sdpa_causal_additive` |"))
-    assert "| **FAIL** |" in row and "wrong only in the queries 1, 2, 3, 4, 5, 6, 7" in row
+    assert "| **FAIL** |" in row and "right for a different mask: the mask multiplies the scores" in row
     assert "<details><summary>r · sdpa_causal_additive: fail</summary>" in lines
     assert "```text" in lines
     path = tmp_path / "summary.md"
@@ -295,7 +295,7 @@ def test_html_page_is_self_contained_with_heatmaps_for_the_failure(report: Repor
         assert f'data-kind="{kind}"' in page
     assert f'data-case="{FAILING}"' in page and f'data-case="{PASSING}"' not in page
     assert '<table class="agreement">' in page and '<table class="cases">' in page
-    assert "Diagnosis:</b> wrong only in the queries" in page
+    assert "Diagnosis:</b> right for a different mask: the mask multiplies the scores" in page
 
 
 def test_html_heatmaps_of_a_julia_port_are_drawn_in_julias_layout() -> None:
@@ -327,7 +327,7 @@ def _many_large_failures(n: int = 20, shape: tuple[int, ...] = (4, 256, 256)) ->
             f"case{k}",
             "weights",
             "fail",
-            diagnosis=f"wrong only in the queries {k + 1}, {k + 2}: the mask is applied wrongly",
+            diagnosis=f"wrong from the query {k + 1} on: the mask multiplies the scores",
             arrays=FailedArrays(e, a, np.full(shape, 1e-15)),
         )
         results.append(CaseResult("r", f"case{k}", "scaled_dot_product_attention", [out]))
@@ -350,7 +350,7 @@ def test_a_report_of_twenty_large_failures_stays_small_pooled_and_grouped() -> N
     assert page.count('class="colour-scale" data-kind="values"') == 20 * 4
     assert page.count('class="colour-scale" data-kind="error"') == 1
     # the shared cause, said once, linking all twenty
-    assert "<b>20 failures</b> share one cause: the mask is applied wrongly" in page
+    assert "<b>20 failures</b> share one cause: the mask multiplies the scores" in page
     assert page.count("(a cause 20 failures share: see above)") == 20
 
 

@@ -332,6 +332,7 @@ def test_every_c_bug_is_caught_twice_and_every_control_passes(
 # port's own names (grads.wte): (mutant, a line one of its failing outputs' diagnoses or
 # localisations must hold).
 C_TOLD = {
+    "c_softmax_no_max": "the softmax exponentiates x as it is, exp(x) / sum(exp(x)), without subtracting",
     "c_gpt_causal_diagonal_masked": "the causal mask leaves out the diagonal",
     "c_gpt_matmul_llmc_weight_layout": "w_q, w_k and w_v are applied transposed",
     "c_projection_weight_column_major": "w_q, w_k, w_v and w_o are applied transposed",
@@ -464,6 +465,11 @@ DIAGNOSED = {
     "j_lm_ignored_in_denominator": "the loss's mean is divided by every position",
     "j_tf_ln2_on_x": "the second layer norm is applied to the block's input x",
     "j_lm_ignore_dropped": "ignore_index has no effect",
+    # each was told "the mask is applied wrongly" where a masked query's score of ~882 overflowed
+    "r_softmax_no_max": "exponentiates the scores as they are, exp(s) / sum(exp(s)), without subtracting",
+    "j_softmax_no_max": "exponentiates x as it is, exp(x) / sum(exp(x)), without subtracting each row's maximum",
+    "r_attention_naive_softmax": "exponentiates the scores as they are, exp(s) / sum(exp(s)), without subtracting",
+    "j_attention_naive_softmax": "exponentiates the scores as they are, exp(s) / sum(exp(s)), without subtracting",
 }
 
 
