@@ -76,7 +76,11 @@ def probe(julia: str) -> tuple[str, str, str]:
 
 
 def program_digests() -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (PROGRAM, Path(__file__).resolve())}
+    """The build's own programs; and the native runner, which the image holds compiled (an image
+    of an older runner would still be correct, the runner's guard then defining it afresh)."""
+    from attention_ports.runtimes.julia import sysimage as jsi
+
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (PROGRAM, Path(__file__).resolve(), jsi.RUNNER)}
 
 
 # --- the catalogue through the worker -------------------------------------------------------------
@@ -128,6 +132,43 @@ def _error_paths(impl: object) -> None:
             impl.run(op, inputs, {})  # type: ignore[attr-defined]
 
 
+# --- the native runner -------------------------------------------------------------------------
+# How the test suite runs ports/julia/conformance.jl (tests/test_native_runners.py): its flags, and
+# runs that reach the runner's paths for passing, failing, erroring, missing and bad usage, in
+# float64 and float32, writing JSON and JUnit. Ports of tests/data where the checkout has them.
+RUNNER_FLAGS = ("--startup-file=no", "-O1")
+_USER_PORTS = HERE.parent / "tests" / "data" / "ports" / "julia"
+RUNNER_RUNS: tuple[tuple[str, ...], ...] = (
+    ("--json", "{out}.json", "--junit", "{out}.xml", "{ours}"),
+    ("--case", "softmax_*", "--case", "clf_forward_*", "--case", "clf_step_*", "{user}/seed003_backward_bug.jl"),
+    ("--case", "softmax_ties", "--case", "clf_step_n1", "{user}/syntax_error.jl"),
+    ("--case", "softmax_ties", "--case", "self_attn_L1", "--case", "sdpa_L1_d1", "{user}/declares_undefined.jl"),
+    ("--case", "softmax_*", "--case", "sdpa_*", "--case", "ln_*", "{user}/ours_float32.jl"),
+    ("--case", "no_such_case*", "{ours}"),
+)
+
+
+def runner_trace(julia: str, trace: Path, work: Path) -> None:
+    """Append to ``trace`` the methods the native runner compiles in :data:`RUNNER_RUNS` (their
+    verdicts are the tests' business, so exit codes are not checked here)."""
+    from attention_ports.runtimes.julia import sysimage as jsi
+
+    parts = []
+    for i, args in enumerate(RUNNER_RUNS):
+        fill = {"out": str(work / f"runner{i}"), "ours": str(jsi.PORT_SOURCES), "user": str(_USER_PORTS)}
+        argv = [a.format(**fill) for a in args]
+        if any(a.startswith(str(_USER_PORTS)) for a in argv) and not _USER_PORTS.is_dir():
+            continue
+        part = work / f"runner{i}.trace.jl"
+        cmd = [julia, *RUNNER_FLAGS, f"--trace-compile={part}", str(jsi.RUNNER), *argv]
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            subprocess.run(cmd, capture_output=True, timeout=600, check=False)
+        if part.is_file():
+            parts.append(part.read_text())
+    with trace.open("a") as f:
+        f.write("\n" + "\n".join(parts))
+
+
 # --- the build ------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def locked(folder: Path) -> Iterator[None]:
@@ -161,11 +202,13 @@ def build(julia: str, *, force: bool) -> Path:
             trace = work / "trace.jl"
             say(f"tracing the catalogue on {julia} {version} (stock image)")
             stock_verdicts, stock_seconds = catalogue_verdicts(trace, "stock")
+            say("tracing the native runner (ports/julia/conformance.jl)")
+            runner_trace(julia, trace, work)
             statements = sum(1 for line in trace.read_text().splitlines() if line.startswith("precompile("))
             say(f"{statements} precompile statements; building the image (a few minutes)")
             obj = work / "sys.o"
             t = time.perf_counter()
-            program = [str(PROGRAM), str(jsi.WORKER), str(jsi.PORT_SOURCES), str(trace)]
+            program = [str(PROGRAM), str(jsi.WORKER), str(jsi.PORT_SOURCES), str(trace), str(jsi.RUNNER)]
             flags = ["--startup-file=no", "--history-file=no", "-J", stock, f"--output-o={obj}"]
             run([julia, *flags, *program], BUILD_TIMEOUT)
             build_seconds = time.perf_counter() - t

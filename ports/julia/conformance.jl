@@ -43,6 +43,15 @@
 # Unlike the Python suite, the port runs in this Julia process, unsupervised: a port that hangs,
 # crashes or exits takes the run with it.
 
+# Started on a system image that already holds this runner, compiled (the test suite's image:
+# scripts/build_julia_sysimage.py), run that copy, but only when it was built from these very files
+# at this very path (built_from); on any other julia, or for a moved or edited runner, the module
+# below is defined as usual. The answers are the same either way; only the compile time differs.
+if abspath(PROGRAM_FILE) == abspath(@__FILE__) && isdefined(Main, :AttentionPortsConformance) &&
+   Main.AttentionPortsConformance.built_from(@__FILE__)
+    exit(Main.AttentionPortsConformance.run(ARGS))
+end
+
 module AttentionPortsConformance
 
 using Printf: @printf, @sprintf
@@ -51,6 +60,12 @@ using Test
 
 include(joinpath(@__DIR__, "worker.jl"))   # module JuliaPortWorker: how the suite calls a port
 const W = JuliaPortWorker
+
+# What this copy of the runner was made from: the guard at the top of this file compares them.
+const ORIGIN = abspath(@__FILE__)
+_sources(file::String) = (read(file, String), read(joinpath(dirname(file), "worker.jl"), String))
+const SOURCES = _sources(ORIGIN)
+built_from(file::String) = abspath(file) == ORIGIN && _sources(abspath(file)) == SOURCES
 
 const INDEX_FORMAT, FIXTURE_FORMAT = "1", "2"
 const MASKED_QUERY = ("zeros", "nan", "uniform")

@@ -22,7 +22,10 @@ Two keys decide whether an image is still good:
   older port sources is still used: the image also holds our port, loaded and compiled, but the
   worker uses that copy only while every port file is byte for byte the one it was built from
   (``load_port`` in worker.jl compares them) and includes the files afresh otherwise. An image
-  changes what must be compiled, never what runs.
+  changes what must be compiled, never what runs. The same holds for the native runner
+  (``ports/julia/conformance.jl``, in the build key): the image holds it compiled, and
+  ``julia -J IMAGE conformance.jl ...`` (the test suite's many native runs, ``runner_flags``) runs
+  that copy only while the file and worker.jl are byte for byte the ones it was built from.
 
 ``ATTENTION_PORTS_JULIA_SYSIMAGE``: ``auto`` (default: the matching image if there is one) or
 ``stock`` (never a custom image).
@@ -42,6 +45,7 @@ ENV = "ATTENTION_PORTS_JULIA_SYSIMAGE"
 FORMAT = 1
 WORKER = paths.PORTS / "julia" / "worker.jl"
 PORT_SOURCES = paths.PORTS / "julia" / "src"
+RUNNER = paths.PORTS / "julia" / "conformance.jl"  # the native runner, also held by the image
 # How a worker is started from an image: the image already holds JuliaPortWorker (worker.jl, whose
 # bytes are in the runtime key), so the file is not included again (that would replace the module
 # and throw its compiled methods away).
@@ -155,3 +159,10 @@ def find(julia_command: str) -> Image | None:
         if image.meta.get("runtime_key") == runtime_key(julia):
             return image
     return None
+
+
+def runner_flags(julia_command: str) -> tuple[str, ...]:
+    """``("-J", image)`` for running the native runner on the matching image (its guard decides
+    whether the copy inside may be used), or ``()``: the flags tests add to ``julia conformance.jl``."""
+    image = find(julia_command)
+    return ("-J", str(image.path)) if image is not None else ()

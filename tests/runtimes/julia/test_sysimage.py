@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -145,3 +146,37 @@ def test_a_port_the_image_never_saw_runs_on_it_and_raises_the_same(image: jsi.Im
     np.testing.assert_allclose(results[1]["output"], 2 * right, rtol=1e-15)  # the file ran, not the image's port
     assert errors[0] == errors[1]
     assert "q and k need the same d_k" in errors[1]
+
+
+def _runner(julia: str, image: jsi.Image, runner: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [julia, "--startup-file=no", "-O1", "-J", str(image.path), str(runner), *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_the_image_holds_this_checkouts_native_runner_and_an_edited_copy_runs_its_own_code(
+    image: jsi.Image, tmp_path: Path
+) -> None:
+    # The test suite's native runs (tests/test_native_runners.py) start on the image: its compiled
+    # copy of ports/julia/conformance.jl is used only while it was built from this very file (else
+    # every native run compiles the runner, ~4 s, and nothing says so).
+    julia = _julia()
+    probe = "println(Main.AttentionPortsConformance.built_from(ARGS[1]))"
+    said = subprocess.run(
+        [julia, "--startup-file=no", "-J", str(image.path), "-e", probe, str(jsi.RUNNER)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert said.stdout.strip() == "true", said.stdout + said.stderr
+    # A copy edited elsewhere (as an unpacked wheel's runner, or a user's own edit) runs its own code.
+    copy = tmp_path / "conformance.jl"
+    copy.write_text(jsi.RUNNER.read_text().replace('"julia conformance: %d passed', '"edited conformance: %d passed'))
+    shutil.copy(jsi.WORKER, tmp_path / "worker.jl")
+    fixtures = ["--fixtures", str(paths.FIXTURES), "--case", "softmax_ties"]
+    edited = _runner(julia, image, copy, *fixtures, str(jsi.PORT_SOURCES))
+    assert edited.returncode == 0 and "edited conformance: 1 passed, 0 failed, 0 missing" in edited.stdout, (
+        edited.stdout + edited.stderr
+    )
+    ours = _runner(julia, image, jsi.RUNNER, *fixtures, str(jsi.PORT_SOURCES))
+    assert ours.returncode == 0 and "julia conformance: 1 passed, 0 failed, 0 missing" in ours.stdout
