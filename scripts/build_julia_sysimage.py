@@ -154,6 +154,8 @@ def runner_trace(julia: str, trace: Path, work: Path) -> None:
     from attention_ports.runtimes.julia import sysimage as jsi
 
     parts = []
+    work = work / "runner"  # the runs' reports and traces, not kept with the image
+    work.mkdir()
     for i, args in enumerate(RUNNER_RUNS):
         fill = {"out": str(work / f"runner{i}"), "ours": str(jsi.PORT_SOURCES), "user": str(_USER_PORTS)}
         argv = [a.format(**fill) for a in args]
@@ -167,6 +169,7 @@ def runner_trace(julia: str, trace: Path, work: Path) -> None:
             parts.append(part.read_text())
     with trace.open("a") as f:
         f.write("\n" + "\n".join(parts))
+    shutil.rmtree(work, ignore_errors=True)
 
 
 # --- the build ------------------------------------------------------------------------------------
