@@ -121,7 +121,7 @@ def install(work: Path) -> InstalledTool:
     # The checkout's Julia system image, where the installed tool looks for one (its user data
     # folder): the tests hand it the checkout's Julia, so the image's runtime key matches, and every
     # Julia start of the CI example and packaging tests skips recompiling the worker (the image
-    # answers bit for bit as the stock one: tests/runtimes/julia/test_sysimage.py). A user's first
+    # gives the stock one's verdicts; docs/performance.md says which last bits may differ). A user's first
     # runs are on the stock image; what these tests check is verdicts and reports, not start-up.
     data_home = work / "data"
     (data_home / "attention-ports").mkdir(parents=True)

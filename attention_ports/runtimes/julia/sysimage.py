@@ -22,7 +22,9 @@ Two keys decide whether an image is still good:
   older port sources is still used: the image also holds our port, loaded and compiled, but the
   worker uses that copy only while every port file is byte for byte the one it was built from
   (``load_port`` in worker.jl compares them) and includes the files afresh otherwise. An image
-  changes what must be compiled, never what runs. The same holds for the native runner
+  changes what must be compiled, never the code that runs (the last bits of a wide sum may differ:
+  the image's methods are compiled at -O2, a stock worker's at -O1; docs/performance.md). The same
+  holds for the native runner
   (``ports/julia/conformance.jl``, in the build key): the image holds it compiled, and
   ``julia -J IMAGE conformance.jl ...`` (the test suite's many native runs, ``runner_flags``) runs
   that copy only while the file and worker.jl are byte for byte the ones it was built from.

@@ -2,10 +2,12 @@
 
 What must hold: an image is used only when its runtime key matches (this worker.jl, this julia,
 this CPU), ``ATTENTION_PORTS_JULIA_SYSIMAGE=stock`` turns it off, and a worker on the image gives
-byte-identical results to one on the stock image, for our port (served from the image's compiled
-copy) and for a port the image has never seen, including errors. The tests with a real image need
-``make setup`` to have built one: they skip without it, and fail under CI=true (CI's set-up
-builds it; its absence there is a bug).
+byte-identical results to one on the stock image on cases too small for a vectorised sum to add
+in another order (the image's methods are compiled at -O2, a stock worker's at -O1: on the widest
+cases the last bits may differ, within every bound; docs/performance.md), for our port (served
+from the image's compiled copy) and for a port the image has never seen, including errors. The
+tests with a real image need ``make setup`` to have built one: they skip without it, and fail
+under CI=true (CI's set-up builds it; its absence there is a bug).
 """
 
 from __future__ import annotations
