@@ -825,16 +825,12 @@ def _naive_softmax(s: np.ndarray) -> np.ndarray:
         return e / e.sum(axis=-1, keepdims=True)
 
 
-def _stable_softmax(s: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore"):
-        e = np.exp(s - s.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
-
-
 def _attention_as(case: Case, naive: bool = False, multiply_mask: bool = False) -> dict[str, np.ndarray]:
     """The case's attention recomputed with one mistake: the softmax without its maximum
     (``naive``), or the mask multiplied into the scaled scores (``multiply_mask``). A query whose
     every score is -Inf gets zero weights, as the reference gives it (the "zeros" convention)."""
+    import attention_ports.reference as reference
+
     ins = {k: np.asarray(v) for k, v in case.inputs.items()}
     f64 = lambda n: np.asarray(ins[n], dtype=np.float64)  # noqa: E731
 
@@ -860,7 +856,7 @@ def _attention_as(case: Case, naive: bool = False, multiply_mask: bool = False) 
         if mask is not None:
             s = s * (mask == 0) if multiply_mask else s + mask
         dead = np.all(np.isneginf(s), axis=-1)
-        w = _naive_softmax(s) if naive else _stable_softmax(s)
+        w = _naive_softmax(s) if naive else reference.softmax(s, axis=-1)
         w[dead] = 0.0
         heads.append(w @ v[:, i * dv : (i + 1) * dv])
         weights.append(w)
