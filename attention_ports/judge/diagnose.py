@@ -882,6 +882,16 @@ def _check_softmax_maximum(ctx: Context) -> str:
         return ""
     if not _fits_variant(ctx, "softmax=naive", run):
         return ""
+    # Evidence needs a query the naive softmax leaves finite (a dead query's zeros excepted): where
+    # every row overflows or underflows it gives NaN everywhere, which any port giving NaN "fits"
+    # (a softmax normalising columns did, on scores all near -1000).
+    cand = _rerun(ctx.case, "softmax=naive", run)[ctx.output]  # type: ignore[index]
+    finite = np.isfinite(cand).all(axis=-1)
+    dead = _dead_queries(ctx.case)
+    if dead and finite.ndim >= 1:
+        finite[..., dead] = False
+    if not finite.any():
+        return ""
     return (
         f"the softmax exponentiates {what}, exp({sym}) / sum(exp({sym})), without subtracting each row's "
         f"maximum first: exp overflows (Inf / Inf = NaN) or underflows (0 / 0) at this case's values; "

@@ -256,8 +256,8 @@ NAIVE = "without subtracting each row's maximum first: exp overflows (Inf / Inf 
     "name",
     [
         "softmax_large_logits",
-        "softmax_very_negative",
-        "sdpa_causal_underflow",
+        "sdpa_large_logits",
+        "sdpa_alibi_causal_large_logits",
         "self_attn_large_logits_causal",
         "mha_large_logits_padding_h2",
     ],
@@ -273,6 +273,14 @@ def test_a_softmax_without_its_maximum_is_named_where_exp_overflows_or_underflow
     assert failing and all(NAIVE in told[n] for n in failing), told
     # and a port whose only mistake is elsewhere is not told this: the stable softmax's numbers fit nothing
     assert all(NAIVE not in diagnose.explain(c, n, expected(c, n) * 1.01) for n in failing)
+
+
+def test_an_all_nan_output_is_not_taken_for_a_softmax_without_its_maximum() -> None:
+    # Every score near -1000: the naive softmax is NaN everywhere, and so is a softmax normalising
+    # columns (the kit's r_softmax_columns, j_softmax_rows): a fit with nothing finite proves nothing.
+    c = case("sdpa_causal_bool_underflow_cross")
+    for name in ("weights", "output"):
+        assert NAIVE not in diagnose.explain(c, name, np.full_like(expected(c, name), np.nan))
 
 
 def test_a_mask_multiplied_into_the_scores_is_named() -> None:
