@@ -14,6 +14,8 @@ The manifest (``check_manifest``), before any file is read:
   - every array it declares holds at most :data:`MAX_ARRAY_BYTES` (shape x dtype size), so no
     manifest can make us allocate more than that per file; case ids are unique.
   A violation is the whole run's error (``attention-ports`` exits 2 before running anything).
+  ``read_manifest`` remembers, by SHA-256, the texts it accepted in this process: the same bytes
+  again skip the checks of the text alone (nesting, schema), never those against the folder.
 
 Each file, when its case is loaded (``read_fixture_file``, ``check_npy``):
   - a regular file (never a device, FIFO or directory: ``/dev/zero`` is not read) of at most
@@ -41,6 +43,7 @@ before parsing), then ``REPORT_SCHEMA`` (fixtures/schemas/report.schema.json).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -209,7 +212,11 @@ def _kind(mode: int) -> str:
 def read_json(path: Path, max_bytes: int, error: Error, what: str, max_depth: int | None = None) -> Any:
     """A JSON file through :func:`read_regular_file`; ``max_depth``: refused when nested deeper
     (:func:`check_nesting`, before parsing)."""
-    data = read_regular_file(path, max_bytes, error, what)
+    return parse_json(read_regular_file(path, max_bytes, error, what), path, error, max_depth)
+
+
+def parse_json(data: bytes, path: Path, error: Error, max_depth: int | None = None) -> Any:
+    """:func:`read_json` on bytes already read (by :func:`read_regular_file`) from ``path``."""
     check_nesting(data, path, error, "json", MAX_NESTING if max_depth is None else max_depth)
     try:
         text = data.decode("utf-8")
@@ -298,8 +305,30 @@ def array_bytes(shape: Sequence[int], dtype: str) -> int:
     return math.prod(shape) * np.dtype(dtype).itemsize  # Python ints: no overflow at (10**15,)
 
 
-def check_manifest(manifest: Any, path: Path, root: Path, error: Error) -> None:
-    """The whole manifest, before any file it names is read (see the module docstring)."""
+# The SHA-256 of every manifest text accepted by :func:`read_manifest` in this process. The checks
+# of the text alone (its nesting, then MANIFEST_SCHEMA: ~0.17 s, most of a read of the shipped
+# manifest, which one test run reads ~500 times in its worker processes) give the same verdict on
+# the same bytes; the checks against the folder (paths, symlinks) run on every read.
+_ACCEPTED_TEXTS: set[bytes] = set()
+
+
+def read_manifest(path: Path, root: Path, error: Error) -> Any:
+    """The manifest at ``path`` (of the fixture folder ``root``), read and checked as a whole."""
+    data = read_regular_file(path, MAX_MANIFEST_BYTES, error, "manifest")
+    digest = hashlib.sha256(data).digest()
+    if digest in _ACCEPTED_TEXTS:
+        manifest = json.loads(data)
+        check_manifest(manifest, path, root, error, text_checked=True)
+    else:
+        manifest = parse_json(data, path, error)
+        check_manifest(manifest, path, root, error)
+        _ACCEPTED_TEXTS.add(digest)
+    return manifest
+
+
+def check_manifest(manifest: Any, path: Path, root: Path, error: Error, text_checked: bool = False) -> None:
+    """The whole manifest, before any file it names is read (see the module docstring);
+    ``text_checked``: its text passed the schema before (:func:`read_manifest`)."""
 
     def where(p: Sequence[Any]) -> str:
         if len(p) >= 2 and p[0] == "cases" and isinstance(p[1], int):
@@ -317,9 +346,10 @@ def check_manifest(manifest: Any, path: Path, root: Path, error: Error) -> None:
             f"{path}: format_version {manifest.get('format_version')!r} is not 2 "
             f"(regenerate with `attention-ports generate --out {root}`)"
         )
-    problems = schema_problems(manifest, MANIFEST_SCHEMA, where)
-    if problems:
-        raise error("the manifest is malformed:\n  " + "\n  ".join(problems))
+    if not text_checked:
+        problems = schema_problems(manifest, MANIFEST_SCHEMA, where)
+        if problems:
+            raise error("the manifest is malformed:\n  " + "\n  ".join(problems))
     seen: set[str] = set()
     real_dirs: dict[str, str] = {}
     for i, case in enumerate(manifest["cases"]):

@@ -25,7 +25,7 @@ import pytest
 
 from attention_ports import cli
 from attention_ports.core import validate
-from attention_ports.fixtures.store import REPO_FIXTURES, FixtureError, read_manifest
+from attention_ports.fixtures.store import REPO_FIXTURES, FixtureError, ManifestError, read_manifest
 from attention_ports.judge.runner import run_suite
 from attention_ports.spec.catalogue import CatalogueError, load_catalogue
 
@@ -36,8 +36,15 @@ OTHER = "softmax_ties"
 
 @pytest.fixture
 def fx(tmp_path: Path) -> Path:
+    """The committed folder as the tests tamper with it: its manifest and catalogue whole, and the
+    files of the two cases they run (a whole copy, ~7,000 files, took ~0.7 s a test). The manifest
+    still names every case: it is validated as a whole before any file is read, and the runs
+    select CASE and OTHER."""
     dst = tmp_path / "fixtures"
-    shutil.copytree(REPO_FIXTURES, dst)
+    top_only = {"cases", "precision"}  # every other file and folder is copied whole
+    shutil.copytree(REPO_FIXTURES, dst, ignore=lambda d, names: top_only if Path(d) == REPO_FIXTURES else set())
+    for case in (CASE, OTHER):
+        shutil.copytree(REPO_FIXTURES / "cases" / case, dst / "cases" / case)
     return dst
 
 
@@ -124,6 +131,26 @@ def test_a_symlink_leading_out_is_refused(fx: Path, capsys, where: str) -> None:
         err,
         f"'cases/{CASE}/input.x.npy' leads outside the fixture folder {fx.resolve()} (to {target.resolve()}",
     )
+
+
+def test_a_manifest_read_before_has_its_paths_checked_again_and_an_edited_one_its_text(fx: Path) -> None:
+    # The text's own checks are remembered by its bytes (core/validate.read_manifest); what the
+    # folder holds is not: the same bytes with a link leading out are refused, and so is the text
+    # edited in place, at the same path, after it was accepted there.
+    assert read_manifest(fx)["cases"]
+    victim = fx / "cases" / CASE / "input.x.npy"
+    target = fx.parent / "copy.npy"
+    shutil.copy(victim, target)
+    victim.unlink()
+    victim.symlink_to(target)
+    with pytest.raises(ManifestError, match=f"'cases/{CASE}/input.x.npy' leads outside the fixture folder"):
+        read_manifest(fx)
+    victim.unlink()
+    shutil.copy(target, victim)
+    assert read_manifest(fx)["cases"]
+    edit_manifest(fx, lambda m: entry(m)["inputs"]["x"].update(shape="3x5"))
+    with pytest.raises(ManifestError, match=f"case '{CASE}' .*field 'inputs.x.shape': must be of type array"):
+        read_manifest(fx)
 
 
 def test_dev_zero_named_directly_is_refused(fx: Path, capsys) -> None:
