@@ -43,6 +43,7 @@ before parsing), then ``REPORT_SCHEMA`` (fixtures/schemas/report.schema.json).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -507,7 +508,16 @@ def npy_header(data: bytes) -> tuple[dict[str, Any], int]:
         text = header.decode("latin1" if version != (3, 0) else "utf8")
     except UnicodeDecodeError as exc:
         raise ValueError(str(exc)) from None
-    return parse_header_literal(text), fh.tell()
+    parsed = _parsed_header(text)
+    return (dict(parsed) if isinstance(parsed, dict) else parsed), fh.tell()  # a copy: the cache's stays intact
+
+
+# A fixture folder's ~3,000 files have a few hundred distinct headers, and a test run loads its
+# files ~100 times over: a header text is parsed once (the parse is a pure function of the text;
+# a text that fails raises again each time, since exceptions are not cached).
+@functools.lru_cache(maxsize=4096)
+def _parsed_header(text: str) -> Any:
+    return parse_header_literal(text)
 
 
 def check_npy(path: Path, data: bytes, shape: Sequence[int], dtype: str, error: Error) -> int:
