@@ -508,13 +508,19 @@ def npy_header(data: bytes) -> tuple[dict[str, Any], int]:
         text = header.decode("latin1" if version != (3, 0) else "utf8")
     except UnicodeDecodeError as exc:
         raise ValueError(str(exc)) from None
+    if len(text) > _CACHED_HEADER_CHARS:  # not numpy's own (~120 characters): parsed, never kept
+        return parse_header_literal(text), fh.tell()
     parsed = _parsed_header(text)
     return (dict(parsed) if isinstance(parsed, dict) else parsed), fh.tell()  # a copy: the cache's stays intact
 
 
 # A fixture folder's ~3,000 files have a few hundred distinct headers, and a test run loads its
 # files ~100 times over: a header text is parsed once (the parse is a pure function of the text;
-# a text that fails raises again each time, since exceptions are not cached).
+# a text that fails raises again each time, since exceptions are not cached). Only short texts are
+# kept, so that hostile headers (up to 64 KiB each) cannot fill memory: at most ~4 MiB.
+_CACHED_HEADER_CHARS = 1024
+
+
 @functools.lru_cache(maxsize=4096)
 def _parsed_header(text: str) -> Any:
     return parse_header_literal(text)

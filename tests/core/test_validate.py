@@ -38,3 +38,20 @@ def test_the_schemas_name_the_codes_conventions_dtypes_and_limits() -> None:
     maker = _schema("catalogue")["$defs"]["input"]["properties"]
     assert set(maker["dtype"]["enum"]) == ALLOWED_DTYPES
     assert maker["normal"]["items"]["maximum"] == validate.MAX_CATALOGUE_ELEMENTS
+
+
+def _npy_with_header(header: str) -> bytes:
+    text = header.ljust(((len(header) + 11) // 64 + 1) * 64 - 11) + "\n"  # numpy's 64-byte alignment
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode("latin1") + bytes(8 * 15)
+
+
+def test_a_header_is_parsed_the_same_each_time_and_a_long_one_is_never_kept() -> None:
+    short = "{'descr': '<f8', 'fortran_order': False, 'shape': (3, 5), }"
+    padded = short + " " * 3000  # a valid header, padded far beyond numpy's own
+    kept = validate._parsed_header.cache_info().currsize
+    for header in (short, short, padded, padded):
+        meta, offset = validate.npy_header(_npy_with_header(header))
+        assert meta == {"descr": "<f8", "fortran_order": False, "shape": (3, 5)}
+        meta["shape"] = (1,)  # the caller's copy: the next read sees the file's own
+        assert offset % 64 == 0
+    assert validate._parsed_header.cache_info().currsize <= kept + 1  # the short text at most
