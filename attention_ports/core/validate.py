@@ -373,7 +373,7 @@ def check_manifest(manifest: Any, path: Path, root: Path, error: Error, text_che
             for name, meta in metas.items():
                 fields = ["file", "bound_file"] if "bound_file" in meta else ["file"]
                 for f in fields:
-                    inside.check(meta[f], error, lambda p=[*at, name, f]: where(p))
+                    inside.check(meta[f], error, lambda at=at, name=name, f=f: where([*at, name, f]))
                 size = array_bytes(meta["shape"], meta["dtype"])
                 if size > MAX_ARRAY_BYTES:
                     raise error(
