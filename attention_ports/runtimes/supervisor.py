@@ -453,6 +453,13 @@ def _end_quietly(proc: _Process) -> None:  # weakref.finalize: a supervisor drop
     proc.end()
 
 
+# A worker answers one call at a time, on small arrays, beside the other implementations' workers:
+# OpenBLAS threads (R's, Julia's, NumPy's in the R worker: one per core each) never speed its calls
+# up and cost every start ~0.3 s of CPU, mostly in the kernel (measured: 16 Julia mutants' workers
+# 20.6 -> 15.5 s of CPU, 6 R workers 7.0 -> 5.2 s, on 2 cores). A variable the caller set wins.
+BLAS_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1"}
+
+
 def _spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) -> _Process:
     request_r, request_w = os.pipe()
     reply_r, reply_w = os.pipe()
@@ -471,7 +478,8 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) 
     # leave /tmp/Rtmp* behind, one per killed worker. Removed when the worker ends, however it ends.
     tmpdir = tempfile.mkdtemp(prefix="attention-ports-worker-", dir=env.get("TMPDIR") or None)
     temp = {"TMPDIR": tmpdir, "TMP": tmpdir, "TEMP": tmpdir}
-    full_env = {**env, **temp, FDS_ENV: f"{request_r},{reply_w}", PARENT_ENV: str(os.getpid()), reaper.TOKEN_ENV: token}
+    ours_env = {FDS_ENV: f"{request_r},{reply_w}", PARENT_ENV: str(os.getpid()), reaper.TOKEN_ENV: token}
+    full_env = {**BLAS_DEFAULTS, **env, **temp, **ours_env}
     try:
         popen = _SPAWNER.run(
             lambda: subprocess.Popen(

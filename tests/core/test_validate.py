@@ -17,9 +17,12 @@ def _schema(name: str) -> dict:
     return json.loads((paths.FIXTURES / "schemas" / f"{name}.schema.json").read_text(encoding="utf-8"))
 
 
-def test_the_shipped_schemas_are_the_ones_validate_checks_against() -> None:
+def test_the_shipped_schemas_are_the_ones_validate_checks_against_and_valid_schemas() -> None:
     assert validate.MANIFEST_SCHEMA == _schema("manifest")
     assert validate.CATALOGUE_SCHEMA == _schema("catalogue")
+    assert validate.REPORT_SCHEMA == _schema("report")
+    for name in ("manifest", "catalogue", "report"):  # checked here, not at each import (validate.py)
+        jsonschema.Draft202012Validator.check_schema(_schema(name))
 
 
 def test_the_shipped_fixtures_validate_with_a_plain_json_schema_validator() -> None:

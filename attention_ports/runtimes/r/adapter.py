@@ -41,6 +41,7 @@ which the remaining calls fail at once, default 2). R compiles nothing worth an 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -61,6 +62,7 @@ from attention_ports.runtimes.impl import (
     OperationMissing,
 )
 from attention_ports.runtimes.protocol import Arg, Reply
+from attention_ports.runtimes.r.worker import LD_LIBRARY_PATH_ENV
 from attention_ports.runtimes.supervisor import Limits, Supervisor
 from attention_ports.spec import ops
 from attention_ports.spec.portview import PortView
@@ -98,10 +100,27 @@ def _port_files(port: Path | None) -> list[Path]:
 
 
 def _worker_env() -> dict[str, str]:
-    """This environment, with our packages importable by the worker whatever its directory."""
-    env = dict(os.environ)
+    """This environment, with our packages importable by the worker whatever its directory, and
+    what rpy2 would otherwise ask R for at each worker's start (:func:`_r_session_env`)."""
+    env = {**_r_session_env(), **os.environ}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env
+
+
+@functools.cache
+def _r_session_env() -> dict[str, str]:
+    """R_HOME and the LD_LIBRARY_PATH R's start-up script sets, asked once per process the way
+    rpy2 asks (`R RHOME`, an Rscript: ~0.15 s of CPU), for every worker this process starts
+    (worker.LD_LIBRARY_PATH_ENV); empty where rpy2 or R is missing (the worker says why)."""
+    try:
+        import rpy2.situation
+
+        home = rpy2.situation.get_r_home()
+        if not home:
+            return {}
+        return {"R_HOME": home, LD_LIBRARY_PATH_ENV: rpy2.situation.r_ld_library_path_from_subprocess(home)}
+    except Exception:  # rpy2 missing or broken: the worker's own import reports it
+        return {}
 
 
 def _array(spec: ops.OpSpec, name: str, arr: Any, member: str = "") -> np.ndarray:

@@ -49,6 +49,10 @@ from attention_ports.runtimes.protocol import Part, ProtocolError, Request, Unsu
 from attention_ports.runtimes.supervisor import die_with_parent, worker_fds
 
 BRIDGE = paths.PORTS / "r" / "worker.R"
+# The LD_LIBRARY_PATH that R's start-up script sets, as the parent found it (adapter._r_session_env):
+# importing rpy2 asks an Rscript for it (and `R RHOME` for R_HOME) in every worker, ~0.15 s of CPU
+# a start, where the parent's one answer serves every worker it starts.
+LD_LIBRARY_PATH_ENV = "ATTENTION_PORTS_R_LD_LIBRARY_PATH"
 _INT32_MAX = 2**31 - 1
 _TYPES = {0: ("REAL", np.float64), 1: ("INTEGER", np.int32), 2: ("LOGICAL", np.int32)}
 
@@ -70,6 +74,10 @@ class EmbeddedR:
         # A wrong R_HOME makes R's initialisation exit() the whole process ("unable to open the base
         # package"): check it first, while it can still be reported.
         r_home = rpy2.situation.get_r_home()
+        known_path = os.environ.get(LD_LIBRARY_PATH_ENV)
+        if known_path is not None and os.environ.get("R_HOME") == r_home:
+            # rpy2 (3.5) runs this at import, for the R_HOME the parent asked it about already
+            rpy2.situation.r_ld_library_path_from_subprocess = lambda _home: known_path
         if not r_home or not os.path.isdir(os.path.join(r_home, "library", "base")):
             raise Unavailable(
                 f"r: no usable R installation (R_HOME={r_home!r} has no library/base); "

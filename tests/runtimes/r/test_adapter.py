@@ -601,6 +601,41 @@ def test_starting_r_leaves_child_processes_environment_alone(r_port) -> None:
     assert "/usr/lib/R/lib" not in os.environ.get("LD_LIBRARY_PATH", "")
 
 
+ENV_PORT = """
+softmax <- function(x) {
+  for (v in c("OPENBLAS_NUM_THREADS", "R_HOME", "LD_LIBRARY_PATH")) cat(v, "=", Sys.getenv(v), "\\n", sep = "")
+  e <- exp(x - apply(x, 1, max))
+  e / rowSums(e)
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [None, "3"])
+def test_a_worker_sees_rs_own_paths_and_one_blas_thread_unless_told_otherwise(r_port, tmp_path, monkeypatch, threads):
+    """R_HOME and LD_LIBRARY_PATH as R's own start-up script sets them (the parent asked R once,
+    for every worker: adapter._r_session_env), and OpenBLAS on one thread unless the caller chose."""
+    import subprocess
+
+    from attention_ports.runtimes.r.adapter import RImplementation
+
+    if threads is None:
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", threads)
+    (tmp_path / "env.R").write_text(ENV_PORT)
+    with RImplementation(tmp_path / "env.R") as impl:
+        got = impl.run("softmax", {"x": np.array([[1.0, 2.0]])}, {})["y"]
+        seen = dict(line.split("=", 1) for line in impl.last_output.splitlines() if "=" in line)
+    np.testing.assert_allclose(got, [[1 / (1 + np.e), np.e / (1 + np.e)]], rtol=1e-15)
+    assert seen["OPENBLAS_NUM_THREADS"] == (threads or "1")
+    r_home = subprocess.run(["R", "RHOME"], capture_output=True, text=True, check=True).stdout.strip()
+    rs_own = subprocess.run(
+        ["Rscript", "-e", 'cat(Sys.getenv("LD_LIBRARY_PATH"))'], capture_output=True, text=True, check=True
+    ).stdout
+    assert seen["R_HOME"] == r_home
+    assert seen["LD_LIBRARY_PATH"].startswith(rs_own) and "/lib" in rs_own
+
+
 def test_length_one_results_take_the_contracts_shape(r_port, user_port, tmp_path):
     """R returns a length-1 vector without ``dim`` whether it means a number or a vector of one:
     adamw_step on a parameter of one entry gives param, m and v of shape (1,) (the input's; 0-D for
