@@ -9,6 +9,7 @@ This file only adds what this repository's tests share.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,13 @@ from attention_ports.pytest_plugin import require
 from tests import wheel_env
 
 __all__ = ["require"]
+
+# The suite runs its processes two at a time on as many cores (CLI commands, nested pytest runs, the
+# native runners' Rscript and julia, the test processes themselves): OpenBLAS's threads, one per
+# core in each, only compete there, and cost each process's start CPU. The workers any run starts
+# get one thread already (runtimes/supervisor.py, BLAS_DEFAULTS); a variable the caller set wins.
+# The CPU probes (tests/fixtures/test_bytes.py) regenerate the fixtures with OpenBLAS's default.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # Property tests: under CI=true derandomized (the same examples every run) with no example database;
 # locally hypothesis's defaults (fresh examples each run, failures remembered in .hypothesis/).
