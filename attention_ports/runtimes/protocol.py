@@ -22,8 +22,9 @@ Bodies (``str`` is u32 byte count + UTF-8; counts are u32):
              | 'Q'                                                  quit
              | 'P' u32 n, n x str file                              load these files as the port, in
                                                                     place of the current one (the R
-                                                                    worker; answered like a start:
-                                                                    'H' or 'L', or 'E' when it refuses)
+                                                                    and Julia workers; answered like a
+                                                                    start: 'H' or 'L', or 'E' when
+                                                                    it refuses)
     reply   := 'H' str description, str notes, value declaration   started; port loaded
              | 'L' str message                                      the port cannot be loaded
              | 'R' str notes, u32 n, n x (str name, array)          results ("" = a bare array)

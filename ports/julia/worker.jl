@@ -23,12 +23,15 @@
 #            | 'X' str type                                    (no wire form; declarations only)
 #   str     := u32 nbytes, UTF-8 bytes
 #   request := 'C' str op, u32 n, n x (u8 'p' | 'k', str name, value)   | 'Q' (quit)
+#            | 'P' u32 1, str path     load another port in place of this one: answered like a start
 #   reply   := 'R' str notes, u32 n, n x (str name, 'A' array)   results, flattened ("" = a bare array)
 #            | 'T' f64 seconds, then as 'R'                     the same, with the port's own time
 #            | 'M' str message                                  the port does not define op
 #            | 'E' str message                                  the call threw: message and backtrace
 #   hello   := 'H' str description, str notes, value declaration | 'L' str message   (id 0)
 module JuliaPortWorker
+
+import Random
 
 const TAG_NOTHING, TAG_F64, TAG_I64, TAG_BOOL, TAG_STR = UInt8('N'), UInt8('F'), UInt8('I'), UInt8('B'), UInt8('S')
 const TAG_ARRAY, TAG_INT_ARRAY, TAG_GROUP, TAG_LIST = UInt8('A'), UInt8('Z'), UInt8('T'), UInt8('V')
@@ -414,27 +417,41 @@ function flush_output()
     end
 end
 
-"""Serve requests until the request pipe closes or a 'Q' arrives."""
-function serve(path::AbstractString)
-    die_with_parent()
-    input, output = open_channel()
-    buf = IOBuffer()
+"""The greeting for `path`'s port in `buf`: the module ('H'), or `nothing` and why it did not load ('L')."""
+function greet!(buf::IOBuffer, path::AbstractString)
     mod = try
         load_port(path)
     catch e
         flush_output()
         write(start_message(buf), UInt8('L'))
         _writestr(buf, "cannot load $path:\n" * error_message(e, catch_backtrace(); stop = ("include", "load_port")))
-        send(output, zero(UInt64), buf)
-        return
+        return nothing
     end
-    warm_up()
     flush_output()
     write(start_message(buf), UInt8('H'))
     _writestr(buf, "Julia $(VERSION), port $path")
     _writestr(buf, "")
     write_any(buf, declaration(mod))
+    return mod
+end
+
+# What a port could change beyond its own module that a load in place ('P') must find as it was:
+# the working directory, the environment variables, the global random number generator, BigFloat's
+# precision and rounding. A port that adds methods to another module's functions is not seen here.
+session_state() = (pwd(), sort!(collect(ENV)), copy(Random.default_rng()), precision(BigFloat), rounding(BigFloat))
+
+"""Serve requests until the request pipe closes or a 'Q' arrives; a 'P' loads another port in place
+of this one (the mutation kit's: attention_ports/tools/mutation.py, KeptWorker) while the session is
+as it was before the first port, and otherwise refuses ('E'), then ends: the supervisor starts afresh."""
+function serve(path::AbstractString)
+    die_with_parent()
+    input, output = open_channel()
+    buf = IOBuffer()
+    pristine = session_state()
+    mod = greet!(buf, path)
+    mod === nothing || warm_up()
     send(output, zero(UInt64), buf)
+    mod === nothing && return
     while true
         header = read_header(input)
         header === nothing && return
@@ -447,6 +464,28 @@ function serve(path::AbstractString)
         io = IOBuffer(body)
         kind = eof(io) ? 0x00 : read(io, UInt8)
         kind == UInt8('Q') && return
+        if kind == UInt8('P')
+            files = try
+                String[_readstr(io) for _ in 1:ltoh(read(io, UInt32))]
+            catch e
+                e isa Union{MalformedRequest,EOFError} || rethrow()
+                String[]
+            end
+            loaded = nothing
+            if length(files) != 1
+                write(start_message(buf), UInt8('E'))
+                _writestr(buf, "malformed request: a Julia port is one file or folder, got $(length(files))")
+            elseif session_state() != pristine
+                write(start_message(buf), UInt8('E'))
+                _writestr(buf, "julia: the previous port changed the session: a fresh worker")
+            else
+                loaded = greet!(buf, files[1])
+            end
+            send(output, id, buf)
+            loaded === nothing && return   # refused, or it did not load: the supervisor discards this worker
+            mod, path = loaded, files[1]
+            continue
+        end
         request = try
             kind == UInt8('C') || throw(MalformedRequest("unknown request kind $(repr(kind))"))
             read_request(io)

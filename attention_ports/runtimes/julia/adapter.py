@@ -283,6 +283,23 @@ class JuliaImplementation(Implementation):
         else:
             raise ValueError(f"{TRANSPORT_ENV}={kind!r}: expected 'worker' or 'juliacall'")
 
+    def load(self, port: Path) -> None:
+        """Run ``port`` from now on, in place of the current one, as a new ``JuliaImplementation(port)``
+        with this one's settings would (raises ``ImplementationUnavailable`` where it does not load;
+        the implementation then stays unusable until a load succeeds). The running worker includes
+        it into a fresh module where the session is as it started (worker.jl, ``serve``), else a
+        fresh worker does: the mutation kit's ~125 Julia mutants then start Julia a few times, not
+        ~125 times. The worker transport only (juliacall: ValueError)."""
+        reload = getattr(self._transport, "reload", None)
+        if reload is None:
+            raise ValueError("julia: only the worker transport loads another port in place")
+        self.port = Path(port).resolve()
+        self._declaration = None
+        try:
+            reload(self.port)
+        except ImplementationError as exc:
+            raise ImplementationUnavailable(str(exc)) from None
+
     def _read_declaration(self, hello: Reply) -> None:
         """The port's greeting: check its declaration (a DeclarationError makes it a load error)."""
         self._declaration = declaration.parse(hello.declaration, str(self.port), "julia")

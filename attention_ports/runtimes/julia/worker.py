@@ -72,11 +72,20 @@ class WorkerTransport:
             self.sysimage = found.path if found is not None else None
         else:
             self.sysimage = None if sysimage == "stock" else Path(sysimage)
+        self.worker_script, self.extra_flags = worker_script, tuple(extra_flags)
+        self.supervisor = Supervisor("julia", self._argv(port), str(port), limits, check_hello=on_hello)
+
+    def _argv(self, port: Path) -> list[str]:
+        flags = (*JULIA_FLAGS, *self.extra_flags)
         if self.sysimage is None:
-            argv = [julia, *JULIA_FLAGS, *extra_flags, str(worker_script), str(port)]
-        else:
-            argv = [julia, *JULIA_FLAGS, *extra_flags, "-J", str(self.sysimage), "-e", julia_sysimage.ENTRY, str(port)]
-        self.supervisor = Supervisor("julia", argv, str(port), limits, check_hello=on_hello)
+            return [self.julia, *flags, str(self.worker_script), str(port)]
+        return [self.julia, *flags, "-J", str(self.sysimage), "-e", julia_sysimage.ENTRY, str(port)]
+
+    def reload(self, port: Path) -> Reply:
+        """Serve ``port`` from now on: loaded in place by the running worker (a 'P' request, saving a
+        start: ~0.2 s of CPU), which refuses when the previous port changed its session (worker.jl,
+        ``session_state``), and a fresh worker then; raises like :meth:`start`."""
+        return self.supervisor.reload(self._argv(port), str(port), [str(port)])
 
     @property
     def pid(self) -> int | None:

@@ -336,6 +336,35 @@ def test_port_that_does_not_load(julia: str) -> None:
         assert impl.transport.starts == 1  # not restarted for every case
 
 
+def test_a_port_loaded_in_place_keeps_nothing_of_the_last_and_a_moved_session_gets_a_fresh_worker(
+    julia: str,
+) -> None:
+    """``JuliaImplementation.load`` (the mutation kit's kept worker): the next port in the same
+    process, in a module of its own; after a port that moved the working directory, a fresh
+    worker; a port that does not load raises as a fresh start's would."""
+    sdpa = CASES["sdpa"]
+    with user_port(julia, "only_softmax.jl") as impl:
+        with pytest.raises(OperationMissing):
+            impl.run("scaled_dot_product_attention", *sdpa)
+        first = impl.transport.pid
+        impl.load(BAD_PORTS / "user_sdpa.jl")
+        assert_matches_reference("scaled_dot_product_attention", impl.run("scaled_dot_product_attention", *sdpa), *sdpa)
+        impl.load(BAD_PORTS / "only_softmax.jl")
+        with pytest.raises(OperationMissing):  # the last port's definition is not there any more
+            impl.run("scaled_dot_product_attention", *sdpa)
+        assert impl.transport.pid == first and impl.transport.starts == 1  # all three in one process
+        impl.load(ROOT / "tests" / "faults" / "ports" / "julia" / "changes_directory.jl")
+        assert_matches_reference("softmax", impl.run("softmax", *CASES["softmax"]), *CASES["softmax"])
+        impl.load(BAD_PORTS / "user_sdpa.jl")  # refused in place: a fresh worker, in our directory
+        assert impl.transport.pid != first and impl.transport.starts == 2
+        assert_matches_reference("scaled_dot_product_attention", impl.run("scaled_dot_product_attention", *sdpa), *sdpa)
+        with pytest.raises(ImplementationUnavailable, match=r"cannot load .*syntax_error.jl"):
+            impl.load(BAD_PORTS / "syntax_error.jl")
+        impl.load(BAD_PORTS / "only_softmax.jl")
+        assert_matches_reference("softmax", impl.run("softmax", *CASES["softmax"]), *CASES["softmax"])
+    assert zombies() == []
+
+
 def test_juliacall_entry_point_speaks_the_same_bytes(julia: str, tmp_path: Path) -> None:
     """The Julia half of the juliacall transport (JuliaPortWorker.call_bytes), minus PythonCall."""
     spec = ops.get("multi_head_attention")
