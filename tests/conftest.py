@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,13 @@ __all__ = ["require"]
 # get one thread already (runtimes/supervisor.py, BLAS_DEFAULTS); a variable the caller set wins.
 # The CPU probes (tests/fixtures/test_bytes.py) regenerate the fixtures with OpenBLAS's default.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Bytecode caches, even where PYTHONDONTWRITEBYTECODE is set (this project's machines set it): there
+# every Python process the suite starts (test workers, CLI commands, nested pytest runs, R workers,
+# probes) compiled our modules from source again, and each test process rewrote the asserts of
+# every test module again: half of a test process's 8 s collection (measured). Written once
+# (into the ignored __pycache__ folders), they are read by all the others.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 # Property tests: under CI=true derandomized (the same examples every run) with no example database;
 # locally hypothesis's defaults (fresh examples each run, failures remembered in .hypothesis/).
