@@ -74,20 +74,25 @@ def _edges(n: int) -> list[int]:
 
 
 def _reduce(m: np.ndarray, kind: str) -> np.ndarray:
+    """``m`` in at most MAX_CELLS x MAX_CELLS blocks: an error block its worst ratio (inf where one
+    is not finite), a value block its mean (NaN where one is NaN). Whole-array reductions, not a
+    loop over the 4,096 blocks (30 ms a heatmap; a report of twenty large failures drew 240)."""
     rows, cols = _edges(m.shape[0]), _edges(m.shape[1])
     if len(rows) - 1 == m.shape[0] and len(cols) - 1 == m.shape[1]:
         return m
-    out = np.empty((len(rows) - 1, len(cols) - 1))
-    for i in range(len(rows) - 1):
-        for j in range(len(cols) - 1):
-            block = m[rows[i] : rows[i + 1], cols[j] : cols[j + 1]]
-            if kind == "error":
-                out[i, j] = np.inf if not np.isfinite(block).all() else block.max()
-            elif np.isnan(block).any():
-                out[i, j] = np.nan
-            else:
-                out[i, j] = block.mean()
-    return out
+    starts_r, starts_c = rows[:-1], cols[:-1]
+
+    def blocks(ufunc: np.ufunc, a: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):  # inf and -inf in one block: its mean is NaN, quietly
+            return ufunc.reduceat(ufunc.reduceat(a, starts_r, axis=0), starts_c, axis=1)
+
+    if kind == "error":
+        finite = np.isfinite(m)
+        worst = blocks(np.maximum, np.where(finite, m, -np.inf))
+        return np.where(blocks(np.add, (~finite).astype(np.int64)) > 0, np.inf, worst)
+    sizes = np.outer(np.diff(rows), np.diff(cols))
+    means = blocks(np.add, np.where(np.isnan(m), 0.0, m)) / sizes
+    return np.where(blocks(np.add, np.isnan(m).astype(np.int64)) > 0, np.nan, means)
 
 
 def _rgb(colour: str) -> bytes:

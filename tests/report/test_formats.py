@@ -532,3 +532,24 @@ def test_progress_is_a_live_bar_on_a_terminal_and_plain_lines_in_a_log() -> None
     out = tty.getvalue()
     assert out.startswith("\r\x1b[K[julia] [#######.......................] 1/4")
     assert out.endswith("mha_h4\n") and "[##############################] 4/4" in out
+
+
+@pytest.mark.parametrize("shape", [(300, 70), (64, 200), (65, 64), (1, 500)])
+def test_a_large_heatmap_shows_each_blocks_worst_error_and_mean_value(shape: tuple[int, int]) -> None:
+    from attention_ports.report import heatmap
+
+    m = np.random.default_rng(7).standard_normal(shape) * 10
+    m[0, 5], m[-1, -1], m[0, -3] = np.nan, np.inf, -np.inf
+    rows, cols = heatmap._edges(shape[0]), heatmap._edges(shape[1])
+    for kind in ("error", "expected"):
+        got = heatmap._reduce(m, kind)
+        assert got.shape == (len(rows) - 1, len(cols) - 1) == (min(shape[0], 64), min(shape[1], 64))
+        for i in range(got.shape[0]):
+            for j in range(got.shape[1]):
+                block = m[rows[i] : rows[i + 1], cols[j] : cols[j + 1]]
+                if kind == "error":
+                    want = block.max() if np.isfinite(block).all() else np.inf
+                else:
+                    with np.errstate(invalid="ignore"):  # inf and -inf in one block: NaN
+                        want = np.nan if np.isnan(block).any() else block.mean()
+                np.testing.assert_allclose(got[i, j], want, rtol=1e-13, atol=0)  # the same sum, another order
