@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import sys
 import warnings
 from collections.abc import Callable, Mapping
@@ -102,22 +103,25 @@ def _port_files(port: Path | None) -> list[Path]:
 def _worker_env() -> dict[str, str]:
     """This environment, with our packages importable by the worker whatever its directory, and
     what rpy2 would otherwise ask R for at each worker's start (:func:`_r_session_env`)."""
-    env = {**_r_session_env(), **os.environ}
+    env = {**_r_session_env(os.environ.get("R_HOME")), **os.environ}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env
 
 
 @functools.cache
-def _r_session_env() -> dict[str, str]:
-    """R_HOME and the LD_LIBRARY_PATH R's start-up script sets, asked once per process the way
-    rpy2 asks (`R RHOME`, an Rscript: ~0.15 s of CPU), for every worker this process starts
-    (worker.LD_LIBRARY_PATH_ENV); empty where rpy2 or R is missing (the worker says why)."""
+def _r_session_env(r_home: str | None) -> dict[str, str]:
+    """R_HOME and the LD_LIBRARY_PATH R's start-up script sets, asked once per process (and value of
+    $R_HOME, ``r_home``) the way rpy2 asks (`R RHOME`, an Rscript: ~0.15 s of CPU), for every
+    worker this process starts (worker.LD_LIBRARY_PATH_ENV); empty where rpy2 or R is missing (the
+    worker says why)."""
+    if not r_home and shutil.which("R") is None:
+        return {}  # no R: rpy2 would log its own error here; the worker says what to install
     try:
         import rpy2.situation
 
         home = rpy2.situation.get_r_home()
-        if not home:
-            return {}
+        if not home or not os.access(os.path.join(home, "bin", "Rscript"), os.X_OK):
+            return {}  # a wrong R_HOME: the worker names it (rpy2 would log here)
         return {"R_HOME": home, LD_LIBRARY_PATH_ENV: rpy2.situation.r_ld_library_path_from_subprocess(home)}
     except Exception:  # rpy2 missing or broken: the worker's own import reports it
         return {}
