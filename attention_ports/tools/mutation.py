@@ -658,11 +658,11 @@ class MutantResult:
 class KeptWorker:
     """One R or Julia implementation kept across mutants run one after another, each mutated port
     loaded into it in turn instead of starting the runtime anew for each of ~250 mutants:
-    ``RImplementation.load`` (~50 ms instead of ~1 s) or ``JuliaImplementation.load`` (~0.2 s of
-    CPU less a mutant). Either loads in place only where the worker's session is as it started (the
-    port gets an environment or module of its own either way, so nothing of one mutant reaches the
-    next), else starts a fresh worker. ``precision``: the kit's (Julia runs in it; R is double only
-    and kept in float64 alone)."""
+    ``RImplementation.load`` (~50 ms instead of a start's ~0.5 s) or ``JuliaImplementation.load``
+    (~0.2 s of CPU less a mutant). Either loads in place only where the worker's session is as it
+    started (the port gets an environment or module of its own either way, so nothing of one mutant
+    reaches the next), else starts a fresh worker. ``precision``: the kit's (Julia runs in it; R is
+    double only and kept in float64 alone)."""
 
     def __init__(self, precision: str = formats.DEFAULT) -> None:
         self.precision = precision
