@@ -23,6 +23,7 @@ locally and fails under CI=true.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -136,6 +137,7 @@ def _julia() -> str:
         raise
 
 
+@functools.cache  # asked once per test process (an R start each time): a skip or failure is not cached
 def _rscript() -> str:
     found = shutil.which("Rscript")
     if found is None:

@@ -357,18 +357,38 @@ def runtime_versions(impls: Iterable[str]) -> dict[str, str]:
         ok, said = (
             (False, "Rscript is not on PATH")
             if rscript is None
-            else _probe([rscript, "--vanilla", "-e", "cat(R.version.string)"])
+            else _version_probe([rscript, "--vanilla", "-e", "cat(R.version.string)"])
         )
         out["r"] = said if ok else f"unknown: {said}"
     if "julia" in impls:
         try:
             from attention_ports.runtimes.julia.adapter import find_julia
 
-            ok, said = _probe([find_julia(), "--startup-file=no", "--version"])
+            ok, said = _version_probe([find_julia(), "--startup-file=no", "--version"])
         except Exception as exc:  # no Julia: the run reported it as unavailable already
             ok, said = False, str(exc)
         out["julia"] = said if ok else f"unknown: {said}"
     return out
+
+
+# A runtime's answer per executable, as long as that file is unchanged (its path, size and
+# modification time): a process that verifies many times (a test session, a notebook) asked R
+# each time (~0.1 s of CPU, an R start) for the same answer. A failed probe is asked again.
+_VERSIONS: dict[tuple[str, ...], tuple[bool, str]] = {}
+
+
+def _version_probe(argv: list[str]) -> tuple[bool, str]:
+    try:
+        st = os.stat(argv[0])
+    except OSError as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+    key = (*argv, str(st.st_size), str(st.st_mtime_ns), str(st.st_ino))
+    known = _VERSIONS.get(key)
+    if known is None:
+        known = _probe(argv)
+        if known[0]:
+            _VERSIONS[key] = known
+    return known
 
 
 def main(needs: list[str] | None) -> int:

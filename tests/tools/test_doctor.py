@@ -84,3 +84,27 @@ def test_setup_runs_the_installers_from_the_asset_root() -> None:
     assert env["ATTENTION_PORTS_JULIA_PREFIX"] == str(ROOT / ".local" / "julia")
     with pytest.raises(ValueError, match="setup takes one of r, julia"):
         installers.command("perl")
+
+
+def test_a_report_asks_an_unchanged_runtime_its_version_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """runtime_versions (every report's meta.versions) asks the Rscript on PATH; again only when that
+    file changed or its last answer was a failure."""
+    from attention_ports.tools import doctor as doctor_module
+
+    asked = tmp_path / "asked"
+    rscript = tmp_path / "Rscript"
+
+    def fake(answer: str, status: int = 0) -> None:
+        rscript.write_text(f"#!/bin/sh\necho x >> {asked}\necho '{answer}'\nexit {status}\n")
+        rscript.chmod(0o755)
+
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    fake("R version 9.9.9", status=1)
+    assert doctor_module.runtime_versions(["r"])["r"] == "unknown: R version 9.9.9"
+    fake("R version 9.9.9")
+    for _ in range(3):
+        assert doctor_module.runtime_versions(["r"])["r"] == "R version 9.9.9"
+    assert asked.read_text().count("x") == 2  # the failure, then one answer for three reports
+    fake("R version 10.0.0 (another build)")  # an upgrade: a new file
+    assert doctor_module.runtime_versions(["r"])["r"] == "R version 10.0.0 (another build)"
+    assert asked.read_text().count("x") == 3

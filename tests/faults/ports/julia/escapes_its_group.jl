@@ -36,7 +36,7 @@ end
 
 function scaled_dot_product_attention(q, k, v; mask = nothing, scale = nothing)
     escape(3)
-    while true
-        q = q .+ 0
+    while true  # waits, as hangs.jl does (its comment says why)
+        sleep(3600)
     end
 end

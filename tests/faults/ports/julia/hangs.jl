@@ -1,10 +1,13 @@
 # Fault: softmax never returns (it first leaves a flag file, when asked to, so that a test knows
 # the call has started). Attention works. Used for timeouts, the give-up rule and orphans.
+# It waits rather than spins: a timeout kills the worker's process group whatever the worker
+# does, and a spin would take a core from the tests beside it for its 7 s (timeout + compile
+# allowance). The spinning Julia port is tests/data/ports/julia/loop_softmax.jl.
 function softmax(x)
     flag = get(ENV, "FAULT_FLAG", "")
     isempty(flag) || touch(flag)
     while true
-        x = x .+ 0
+        sleep(3600)
     end
 end
 
