@@ -1,6 +1,6 @@
 # Fault: every operation hangs: a port can cost at most a few timeouts, then the rest fails at once.
 # It waits (a call blocked on something that never comes) rather than spins, so that the timeouts
-# it is here for leave the CPU to the tests beside it; hangs.R spins.
+# it is here for leave the CPU to the tests beside it; escapes_its_group.R spins.
 
 block <- function() repeat Sys.sleep(3600)
 softmax <- function(x) block()
