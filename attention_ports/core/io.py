@@ -1,5 +1,6 @@
 """Files written whole or not at all: every writer of the project (fixtures, reports, the coverage
-page, generated-case failures, skeletons) goes through here.
+page, generated-case failures, skeletons) goes through here. Also a file's cheap identity
+(:func:`file_identity`), for what is worked out once per unchanged file.
 
 A reader never sees half a file: the data goes to a temporary file in the destination's folder,
 is flushed to disk, then renamed over the destination (atomic on POSIX). The file gets the mode a
@@ -13,6 +14,17 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+
+
+def file_identity(path: str | Path) -> list[object]:
+    """A cheap identity of a file: its real path, size and modification time (no hashing); a file
+    that cannot be read is ``[path, None, None]``."""
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except OSError:
+        return [str(path), None, None]
+    return [real, st.st_size, st.st_mtime_ns]
 
 
 def current_umask() -> int:

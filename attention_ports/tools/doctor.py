@@ -19,6 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 
 from attention_ports.core import paths
+from attention_ports.core.io import file_identity
 
 #: What ``--need`` may name; every check belongs to one of these or to "core" (always needed).
 NEEDS = ("torch", "r", "julia", "c", "octave", "rust", "javascript", "python")
@@ -371,18 +372,14 @@ def runtime_versions(impls: Iterable[str]) -> dict[str, str]:
     return out
 
 
-# A runtime's answer per executable, as long as that file is unchanged (its path, size and
-# modification time): a process that verifies many times (a test session, a notebook) asked R
-# each time (~0.1 s of CPU, an R start) for the same answer. A failed probe is asked again.
-_VERSIONS: dict[tuple[str, ...], tuple[bool, str]] = {}
+# A runtime's answer per executable, as long as that file is unchanged (core/io.file_identity): a
+# process that verifies many times (a test session, a notebook) asked R each time (~0.1 s of CPU,
+# an R start) for the same answer. A failed probe is asked again.
+_VERSIONS: dict[tuple[object, ...], tuple[bool, str]] = {}
 
 
 def _version_probe(argv: list[str]) -> tuple[bool, str]:
-    try:
-        st = os.stat(argv[0])
-    except OSError as exc:
-        return False, f"{type(exc).__name__}: {exc}"
-    key = (*argv, str(st.st_size), str(st.st_mtime_ns), str(st.st_ino))
+    key = (*argv, *file_identity(argv[0]))
     known = _VERSIONS.get(key)
     if known is None:
         known = _probe(argv)

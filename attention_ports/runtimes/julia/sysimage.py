@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attention_ports.core import paths
+from attention_ports.core.io import file_identity
 
 ENV = "ATTENTION_PORTS_JULIA_SYSIMAGE"
 FORMAT = 1
@@ -59,16 +60,6 @@ META = "meta.json"
 def directory() -> Path:
     """Where images are cached: the checkout's .local/julia-sysimage, or the per-user data folder."""
     return paths.julia_prefix().parent / "julia-sysimage"
-
-
-def _file_id(path: str | Path) -> list[object]:
-    """A cheap identity of a file: its real path, size and modification time (no hashing)."""
-    try:
-        real = os.path.realpath(path)
-        st = os.stat(real)
-    except OSError:
-        return [str(path), None, None]
-    return [real, st.st_size, st.st_mtime_ns]
 
 
 def _cpu() -> str:
@@ -101,7 +92,7 @@ class Julia:
     version: str
 
     def identity(self) -> list[object]:
-        return [self.command, _file_id(self.command), _file_id(self.stock_image), self.version]
+        return [self.command, file_identity(self.command), file_identity(self.stock_image), self.version]
 
 
 def runtime_key(julia: Julia) -> str:
