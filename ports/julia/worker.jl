@@ -24,6 +24,7 @@
 #   str     := u32 nbytes, UTF-8 bytes
 #   request := 'C' str op, u32 n, n x (u8 'p' | 'k', str name, value)   | 'Q' (quit)
 #            | 'P' u32 1, str path     load another port in place of this one: answered like a start
+#                                      (redefining what differs where that is the same: `patch!`)
 #   reply   := 'R' str notes, u32 n, n x (str name, 'A' array)   results, flattened ("" = a bare array)
 #            | 'T' f64 seconds, then as 'R'                     the same, with the port's own time
 #            | 'M' str message                                  the port does not define op
@@ -66,12 +67,114 @@ module and return the module (throws on load errors); or the image's module of t
 function load_port(path::AbstractString)
     files = port_files(path)
     hit = get(PRELOADED, String(path), nothing)
-    hit !== nothing && hit[1] == port_sources(files) && return hit[2]
+    if hit !== nothing && hit[1] == port_sources(files)
+        BUILT_FROM[hit[2]] = hit[1]
+        return hit[2]
+    end
     mod = Module(:Port)
     for file in files
         Base.include(mod, file)
     end
+    BUILT_FROM[mod] = port_sources(files)
     return mod
+end
+
+# ---------------------------------------------------------------------------------------------
+# Loading in place by redefinition ('P': the mutation kit's mutants, each one edit of our port).
+# Including ~1000 lines into a fresh module makes Julia lower them and infer and compile anew every
+# method a case calls (~0.7 s of CPU a mutant, most of the kit's time). Where the next port differs
+# from the served module's sources only inside method bodies, redefining those methods in the
+# served module gives what a fresh module would: Julia invalidates every compiled caller of a
+# redefined method, and nothing else of the module differs. Anything else is loaded afresh.
+
+# The sources each module was built from (or last patched to): what `patch!` compares with.
+const BUILT_FROM = IdDict{Module,Vector{Pair{String,Vector{UInt8}}}}()
+
+"""Every top-level expression of `sources` (files in order), each with the line it starts on."""
+function toplevel_exprs(sources)
+    items = Tuple{LineNumberNode,Any}[]
+    for (file, bytes) in sources
+        parsed = Base.parse_input_line(String(copy(bytes)); filename = String(file))
+        line = LineNumberNode(0, Symbol(file))
+        for ex in (parsed isa Expr && parsed.head === :toplevel ? parsed.args : Any[parsed])
+            ex isa LineNumberNode ? (line = ex) : push!(items, (line, ex))
+        end
+    end
+    return items
+end
+
+# An expression without its line numbers (a macro call keeps the place of its own, as `nothing`).
+_bare(x) = x
+_bare(ex::Expr) =
+    Expr(ex.head, (a isa LineNumberNode ? nothing : _bare(a) for a in ex.args
+                   if !(a isa LineNumberNode) || ex.head === :macrocall)...)
+_is_doc(m) = m === Symbol("@doc") || m == GlobalRef(Core, Symbol("@doc"))
+_is_documented(ex) = ex isa Expr && ex.head === :macrocall && length(ex.args) == 4 && _is_doc(ex.args[1])
+
+"""The signature of the method `ex` defines (`function f(...)`, `f(...) = ...`, either under a
+docstring), with the name of its function (a plain name: not another module's function); or nothing."""
+function method_signature(ex)
+    _is_documented(ex) && (ex = ex.args[4])
+    (ex isa Expr && ex.head in (:function, :(=)) && length(ex.args) == 2) || return nothing
+    call = ex.args[1]
+    while call isa Expr && call.head === :where
+        call = call.args[1]
+    end
+    (call isa Expr && call.head === :call && call.args[1] isa Symbol) || return nothing
+    return (call.args[1], _bare(ex.args[1]))
+end
+
+# What a redefinition cannot give as a fresh include would: a body that reaches the file's place
+# or the module's globals, or evaluates code.
+const _NOT_PATCHED = Set([Symbol("@__DIR__"), Symbol("@__FILE__"), Symbol("@__MODULE__"), Symbol("@eval"),
+                          :include, :eval, :global, :const, :module, :macro, :struct])
+
+# A global a method could have changed since the load (a Ref, an array, a Dict: what `_frozen` is
+# not): a fresh module would start from its initial value again. The docstrings' table is Julia's.
+_frozen(v) = v isa Union{Function,Module,Type,Symbol,AbstractString,Number,Char,Nothing} ||
+             (v isa Union{Tuple,NamedTuple} && all(_frozen, v))
+_stateless(mod::Module) =
+    all(n -> n === Base.Docs.META || !isdefined(mod, n) || _frozen(getfield(mod, n)), names(mod; all = true))
+
+function _mentions(ex, names)
+    ex isa Symbol && return ex in names
+    ex isa Expr || return false
+    ex.head in names && return true
+    return any(a -> _mentions(a, names), ex.args)
+end
+
+"""Make `mod` (built from sources recorded in BUILT_FROM) serve the port at `path` by redefining
+the methods whose bodies differ, where that is what including `path` into a fresh module gives:
+the two ports' top-level expressions pair one to one, every pair that differs defines one method
+of the same name and signature (no new binding, no constant, no type), its new body names nothing
+of `_NOT_PATCHED`, and no other top-level expression (run once, at load time) names a redefined
+function, and `mod` holds no global a method could have changed (`_stateless`). Returns false,
+`mod` untouched, where not; a redefinition that throws leaves `mod` unusable (no longer in
+BUILT_FROM or PRELOADED) and the caller loads the port afresh."""
+function patch!(mod::Module, path::AbstractString)
+    built = get(BUILT_FROM, mod, nothing)
+    (built === nothing || !_stateless(mod)) && return false
+    sources = port_sources(port_files(path))
+    old, new = toplevel_exprs(built), toplevel_exprs(sources)
+    length(old) == length(new) || return false
+    changed, names = Tuple{LineNumberNode,Any}[], Set{Symbol}()
+    for ((_, x), (line, y)) in zip(old, new)
+        _bare(x) == _bare(y) && continue
+        sx, sy = method_signature(x), method_signature(y)
+        (sx !== nothing && sx == sy && !_mentions(y, _NOT_PATCHED)) || return false
+        # the method alone where its docstring is unchanged: no "Replacing docs" warning
+        same_doc = _is_documented(x) && _is_documented(y) && _bare(x.args[3]) == _bare(y.args[3])
+        push!(changed, (line, same_doc ? y.args[4] : y))
+        push!(names, sy[1])
+    end
+    any(((_, y),) -> method_signature(y) === nothing && _mentions(y, names), new) && return false
+    delete!(BUILT_FROM, mod)
+    filter!(((_, (_, m)),) -> m !== mod, PRELOADED)   # the image's module is no longer its sources'
+    for (line, y) in changed
+        Core.eval(mod, Expr(:toplevel, line, y))
+    end
+    BUILT_FROM[mod] = sources
+    return true
 end
 
 # The binding is the port's own (defined at its top level or in a module it defines), not one
@@ -418,9 +521,9 @@ function flush_output()
 end
 
 """The greeting for `path`'s port in `buf`: the module ('H'), or `nothing` and why it did not load ('L')."""
-function greet!(buf::IOBuffer, path::AbstractString)
+function greet!(buf::IOBuffer, path::AbstractString, loader = load_port)
     mod = try
-        load_port(path)
+        loader(path)
     catch e
         flush_output()
         write(start_message(buf), UInt8('L'))
@@ -479,7 +582,13 @@ function serve(path::AbstractString)
                 write(start_message(buf), UInt8('E'))
                 _writestr(buf, "julia: the previous port changed the session: a fresh worker")
             else
-                loaded = greet!(buf, files[1])
+                # redefined in the served module where that is what a fresh one would be (patch!)
+                patched = try
+                    patch!(mod, files[1])
+                catch
+                    false
+                end
+                loaded = greet!(buf, files[1], patched ? (_ -> mod) : load_port)
             end
             send(output, id, buf)
             loaded === nothing && return   # refused, or it did not load: the supervisor discards this worker

@@ -404,6 +404,29 @@ LOCALISED = {
 }
 
 
+def test_julia_mutants_in_a_kept_worker_give_what_fresh_workers_give(mutants: list[mutation.Mutant]) -> None:
+    """The kept Julia worker starts on our port and redefines each mutant's changed methods in
+    place (worker.jl, ``patch!``); one after another (the second also undoes the first's edit),
+    every status, message, diagnosis and localisation is a fresh worker's."""
+    if why := mutation.unavailable("julia"):
+        require("julia", why)
+    chosen = [next(m for m in mutants if m.id == i) for i in ("j_lm_no_max", "j_gg_no_count")]
+    entries = list(fixtures.iter_entries(paths.FIXTURES))
+    plan = [(m, mutation.cases_for(m, entries, "home")) for m in chosen]
+
+    def row(result: mutation.MutantResult) -> dict:
+        return {k: v for k, v in result.as_json().items() if k != "seconds"}
+
+    kept = mutation.KeptWorker()
+    try:
+        in_place = [row(mutation.run_mutant(m, c, paths.FIXTURES, entries=entries, kept=kept)) for m, c in plan]
+        assert kept.impl is not None and kept.impl.transport.starts == 1
+    finally:
+        kept.close()
+    assert in_place == [row(mutation.run_mutant(m, c, paths.FIXTURES, entries=entries)) for m, c in plan]
+    assert all(r["ok"] and r["killing_cases"] for r in in_place)
+
+
 @pytest.mark.parametrize("lang", RJ)
 def test_the_backward_and_training_loop_bugs_are_localised(
     lang: str, mutants: list[mutation.Mutant], kit: dict[str, mutation.MutantResult]

@@ -286,10 +286,13 @@ class JuliaImplementation(Implementation):
     def load(self, port: Path) -> None:
         """Run ``port`` from now on, in place of the current one, as a new ``JuliaImplementation(port)``
         with this one's settings would (raises ``ImplementationUnavailable`` where it does not load;
-        the implementation then stays unusable until a load succeeds). The running worker includes
-        it into a fresh module where the session is as it started (worker.jl, ``serve``), else a
-        fresh worker does: the mutation kit's ~125 Julia mutants then start Julia a few times, not
-        ~125 times. The worker transport only (juliacall: ValueError)."""
+        the implementation then stays unusable until a load succeeds). The running worker takes it
+        where the session is as it started (worker.jl, ``serve``), else a fresh worker does: the
+        mutation kit's ~125 Julia mutants then start Julia a few times, not ~125 times. In place,
+        a port that differs from the served one only inside method bodies has those methods
+        redefined in the served module, where that is what a fresh module would be (worker.jl,
+        ``patch!``); any other is included into a fresh module. The worker transport only
+        (juliacall: ValueError)."""
         reload = getattr(self._transport, "reload", None)
         if reload is None:
             raise ValueError("julia: only the worker transport loads another port in place")

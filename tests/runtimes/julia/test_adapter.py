@@ -365,6 +365,57 @@ def test_a_port_loaded_in_place_keeps_nothing_of_the_last_and_a_moved_session_ge
     assert zombies() == []
 
 
+# A port whose softmax answers with the identity of the module serving it, plus `{offset}`: a load
+# in place by redefinition keeps the module, a fresh include makes another. `{extra}`: one more line.
+_WHOAMI = """
+_module_id() = Float64(objectid(@__MODULE__) % 1000003)
+{extra}
+softmax(x; dims = 1) = fill(_module_id() + {offset}, size(x))
+"""
+
+
+def test_a_port_differing_only_in_method_bodies_is_redefined_in_place_and_anything_else_loads_afresh(
+    julia: str, tmp_path: Path
+) -> None:
+    """worker.jl's ``patch!``: where the next port differs from the served one only inside method
+    bodies, those methods are redefined in the served module (what a fresh include would give,
+    compiling only what changed); a new binding, a changed signature or a module holding state a
+    method can change (a Ref: a fresh module would start it again) loads afresh."""
+    x = CASES["softmax"]
+
+    def port(name: str, offset: str, extra: str = "") -> Path:
+        path = tmp_path / name
+        path.write_text(_WHOAMI.format(offset=offset, extra=extra))
+        return path
+
+    def answer(impl: JuliaImplementation) -> float:
+        (y,) = impl.run("softmax", *x).values()
+        assert np.unique(y).size == 1
+        return float(y.flat[0])
+
+    with JuliaImplementation(port("a.jl", "0.0"), transport="worker") as impl:
+        first = answer(impl)
+        impl.load(port("b.jl", "0.5"))  # one body changed: the same module, the new body
+        assert answer(impl) == first + 0.5
+        impl.load(port("c.jl", "0.25", "const K = 1"))  # one expression more: a fresh module
+        fresh = answer(impl) - 0.25
+        assert fresh != first
+        impl.load(port("d.jl", "0.25", "const K = 2"))  # a constant changed: another fresh one
+        assert answer(impl) - 0.25 not in (first, fresh)
+        impl.load(port("e.jl", "0.0", "_module_id(x) = 0.0"))
+        other = answer(impl)
+        # a changed signature defines another method, the old one staying: loaded afresh
+        impl.load(port("f.jl", "0.0", "_module_id(x::Int) = 0.0"))
+        assert answer(impl) != other
+        stateful = port("g.jl", "calls[]", "const calls = Ref(0.0); _module_id() = (calls[] += 1; 0.0)")
+        impl.load(stateful)
+        assert answer(impl) == 1.0 and answer(impl) == 2.0
+        impl.load(port("h.jl", "calls[]", "const calls = Ref(0.0); _module_id() = (calls[] += 2; 0.0)"))
+        assert answer(impl) == 2.0  # not 4.0: the count starts again, as in a fresh module
+        assert impl.transport.starts == 1  # every load in the one process
+    assert zombies() == []
+
+
 def test_juliacall_entry_point_speaks_the_same_bytes(julia: str, tmp_path: Path) -> None:
     """The Julia half of the juliacall transport (JuliaPortWorker.call_bytes), minus PythonCall."""
     spec = ops.get("multi_head_attention")
