@@ -129,12 +129,15 @@ end
 const _NOT_PATCHED = Set([Symbol("@__DIR__"), Symbol("@__FILE__"), Symbol("@__MODULE__"), Symbol("@eval"),
                           :include, :eval, :global, :const, :module, :macro, :struct])
 
-# A global a method could have changed since the load (a Ref, an array, a Dict: what `_frozen` is
-# not): a fresh module would start from its initial value again. The docstrings' table is Julia's.
-_frozen(v) = v isa Union{Function,Module,Type,Symbol,AbstractString,Number,Char,Nothing} ||
+# A global a method could have changed since the load (one not constant, or a Ref, an array, a
+# Dict, a closure: what `_frozen` is not): a fresh module would start from its initial value again.
+# The docstrings' table is Julia's.
+_frozen(v) = v isa Union{Module,Type,Symbol,AbstractString,Number,Char,Nothing} ||
+             (v isa Function && fieldcount(typeof(v)) == 0) ||   # a function, not a closure
              (v isa Union{Tuple,NamedTuple} && all(_frozen, v))
-_stateless(mod::Module) =
-    all(n -> n === Base.Docs.META || !isdefined(mod, n) || _frozen(getfield(mod, n)), names(mod; all = true))
+_stateless(mod::Module) = all(names(mod; all = true)) do n
+    n === Base.Docs.META || !isdefined(mod, n) || (isconst(mod, n) && _frozen(getfield(mod, n)))
+end
 
 function _mentions(ex, names)
     ex isa Symbol && return ex in names
@@ -592,6 +595,7 @@ function serve(path::AbstractString)
             end
             send(output, id, buf)
             loaded === nothing && return   # refused, or it did not load: the supervisor discards this worker
+            loaded === mod || delete!(BUILT_FROM, mod)   # the last port's module, no longer served
             mod, path = loaded, files[1]
             continue
         end

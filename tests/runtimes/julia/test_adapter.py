@@ -380,7 +380,8 @@ def test_a_port_differing_only_in_method_bodies_is_redefined_in_place_and_anythi
     """worker.jl's ``patch!``: where the next port differs from the served one only inside method
     bodies, those methods are redefined in the served module (what a fresh include would give,
     compiling only what changed); a new binding, a changed signature or a module holding state a
-    method can change (a Ref: a fresh module would start it again) loads afresh."""
+    method can change (a Ref, a global that is not constant: a fresh module would start it again)
+    loads afresh."""
     x = CASES["softmax"]
 
     def port(name: str, offset: str, extra: str = "") -> Path:
@@ -410,8 +411,13 @@ def test_a_port_differing_only_in_method_bodies_is_redefined_in_place_and_anythi
         stateful = port("g.jl", "calls[]", "const calls = Ref(0.0); _module_id() = (calls[] += 1; 0.0)")
         impl.load(stateful)
         assert answer(impl) == 1.0 and answer(impl) == 2.0
-        impl.load(port("h.jl", "calls[]", "const calls = Ref(0.0); _module_id() = (calls[] += 2; 0.0)"))
-        assert answer(impl) == 2.0  # not 4.0: the count starts again, as in a fresh module
+        # only softmax's body differs, but the module holds a count a method changes
+        impl.load(port("h.jl", "(calls[] + 0.0)", "const calls = Ref(0.0); _module_id() = (calls[] += 1; 0.0)"))
+        assert answer(impl) == 1.0  # not 3.0: the count starts again, as in a fresh module
+        impl.load(port("i.jl", "calls", "calls = 0.0; _module_id() = (global calls += 1; 0.0)"))
+        assert answer(impl) == 1.0 and answer(impl) == 2.0
+        impl.load(port("j.jl", "(calls + 0.0)", "calls = 0.0; _module_id() = (global calls += 1; 0.0)"))
+        assert answer(impl) == 1.0  # not 3.0: a global that is not constant starts again too
         assert impl.transport.starts == 1  # every load in the one process
     assert zombies() == []
 
