@@ -129,6 +129,8 @@ end
 const _NOT_PATCHED = Set([Symbol("@__DIR__"), Symbol("@__FILE__"), Symbol("@__MODULE__"), Symbol("@eval"),
                           :include, :eval, :global, :const, :module, :macro, :struct])
 
+const _LOADS_CODE = Set([:include, :include_string, :eval, Symbol("@eval"), :evalfile])
+
 # A global a method could have changed since the load (one not constant, or a Ref, an array, a
 # Dict, a closure: what `_frozen` is not): a fresh module would start from its initial value again.
 # The docstrings' table is Julia's.
@@ -141,6 +143,7 @@ end
 
 function _mentions(ex, names)
     ex isa Symbol && return ex in names
+    ex isa QuoteNode && return _mentions(ex.value, names)   # Base.include: (. Base (quote include))
     ex isa Expr || return false
     ex.head in names && return true
     return any(a -> _mentions(a, names), ex.args)
@@ -151,7 +154,8 @@ the methods whose bodies differ, where that is what including `path` into a fres
 the two ports' top-level expressions pair one to one, every pair that differs defines one method
 of the same name and signature (no new binding, no constant, no type), its new body names nothing
 of `_NOT_PATCHED`, and no other top-level expression (run once, at load time) names a redefined
-function, and `mod` holds no global a method could have changed (`_stateless`). Returns false,
+function, no expression of the port loads code from elsewhere (an included file's change would
+not be seen), and `mod` holds no global a method could have changed (`_stateless`). Returns false,
 `mod` untouched, where not; a redefinition that throws leaves `mod` unusable (no longer in
 BUILT_FROM or PRELOADED) and the caller loads the port afresh."""
 function patch!(mod::Module, path::AbstractString)
@@ -171,6 +175,8 @@ function patch!(mod::Module, path::AbstractString)
         push!(names, sy[1])
     end
     any(((_, y),) -> method_signature(y) === nothing && _mentions(y, names), new) && return false
+    # code loaded from elsewhere (an included file, evaluated text): its change is not seen here
+    any(((_, y),) -> _mentions(y, _LOADS_CODE), new) && return false
     delete!(BUILT_FROM, mod)
     filter!(((_, (_, m)),) -> m !== mod, PRELOADED)   # the image's module is no longer its sources'
     for (line, y) in changed

@@ -381,7 +381,7 @@ def test_a_port_differing_only_in_method_bodies_is_redefined_in_place_and_anythi
     bodies, those methods are redefined in the served module (what a fresh include would give,
     compiling only what changed); a new binding, a changed signature or a module holding state a
     method can change (a Ref, a global that is not constant: a fresh module would start it again)
-    loads afresh."""
+    or a port that includes another file (whose change the port's text does not show) loads afresh."""
     x = CASES["softmax"]
 
     def port(name: str, offset: str, extra: str = "") -> Path:
@@ -418,6 +418,14 @@ def test_a_port_differing_only_in_method_bodies_is_redefined_in_place_and_anythi
         assert answer(impl) == 1.0 and answer(impl) == 2.0
         impl.load(port("j.jl", "(calls + 0.0)", "calls = 0.0; _module_id() = (global calls += 1; 0.0)"))
         assert answer(impl) == 1.0  # not 3.0: a global that is not constant starts again too
+        # a port that includes another file: the same text may stand for other code
+        includes = 'Base.include(@__MODULE__, joinpath(@__DIR__, "helper.jl")); _module_id() = 0.0'
+        (tmp_path / "helper.jl").write_text("_helper() = 7.0\n")
+        impl.load(port("k.jl", "_helper()", includes))
+        assert answer(impl) == 7.0
+        (tmp_path / "helper.jl").write_text("_helper() = 8.0\n")
+        impl.load(port("l.jl", "_helper()", includes))
+        assert answer(impl) == 8.0
         assert impl.transport.starts == 1  # every load in the one process
     assert zombies() == []
 
