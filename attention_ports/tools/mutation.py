@@ -666,7 +666,7 @@ class KeptWorker:
     includes the port into a fresh module; so nothing of one mutant reaches the next. A Julia
     worker starts on our unmutated port (``base``): the module its system image holds compiled,
     so that a mutant recompiles only what calls the methods it changed (the float64 kit's Julia
-    CPU ~87 -> ~55 s). ``precision``: the kit's (Julia runs in it; R is double only and kept in
+    CPU ~87 -> ~40 s). ``precision``: the kit's (Julia runs in it; R is double only and kept in
     float64 alone)."""
 
     def __init__(self, precision: str = formats.DEFAULT) -> None:

@@ -68,14 +68,14 @@ function load_port(path::AbstractString)
     files = port_files(path)
     hit = get(PRELOADED, String(path), nothing)
     if hit !== nothing && hit[1] == port_sources(files)
-        BUILT_FROM[hit[2]] = hit[1]
+        BUILT_FROM[hit[2]] = (hit[1], nothing)
         return hit[2]
     end
     mod = Module(:Port)
     for file in files
         Base.include(mod, file)
     end
-    BUILT_FROM[mod] = port_sources(files)
+    BUILT_FROM[mod] = (port_sources(files), nothing)
     return mod
 end
 
@@ -87,17 +87,20 @@ end
 # served module gives what a fresh module would: Julia invalidates every compiled caller of a
 # redefined method, and nothing else of the module differs. Anything else is loaded afresh.
 
-# The sources each module was built from (or last patched to): what `patch!` compares with.
-const BUILT_FROM = IdDict{Module,Vector{Pair{String,Vector{UInt8}}}}()
+# The sources each module was built from (or last patched to), what `patch!` compares with, and
+# their top-level expressions once parsed (`toplevel_exprs`: ~0.04 s for our port, so a version is
+# parsed once, as the next port, not again as the last one).
+const BUILT_FROM = IdDict{Module,Tuple{Vector{Pair{String,Vector{UInt8}}},Any}}()
 
-"""Every top-level expression of `sources` (files in order), each with the line it starts on."""
+"""Every top-level expression of `sources` (files in order): the line it starts on, the
+expression, and the expression without line numbers (`_bare`, what two versions compare by)."""
 function toplevel_exprs(sources)
-    items = Tuple{LineNumberNode,Any}[]
+    items = Tuple{LineNumberNode,Any,Any}[]
     for (file, bytes) in sources
         parsed = Base.parse_input_line(String(copy(bytes)); filename = String(file))
         line = LineNumberNode(0, Symbol(file))
         for ex in (parsed isa Expr && parsed.head === :toplevel ? parsed.args : Any[parsed])
-            ex isa LineNumberNode ? (line = ex) : push!(items, (line, ex))
+            ex isa LineNumberNode ? (line = ex) : push!(items, (line, ex, _bare(ex)))
         end
     end
     return items
@@ -125,10 +128,10 @@ function method_signature(ex)
 end
 
 # What a redefinition cannot give as a fresh include would: a body that reaches the file's place
-# or the module's globals, or evaluates code.
-const _NOT_PATCHED = Set([Symbol("@__DIR__"), Symbol("@__FILE__"), Symbol("@__MODULE__"), Symbol("@eval"),
-                          :include, :eval, :global, :const, :module, :macro, :struct])
-
+# or the module's globals, or defines more than a method.
+const _NOT_PATCHED = Set([Symbol("@__DIR__"), Symbol("@__FILE__"), Symbol("@__MODULE__"),
+                          :global, :const, :module, :macro, :struct])
+# Code loaded from elsewhere, anywhere in a port: the same text may stand for other code.
 const _LOADS_CODE = Set([:include, :include_string, :eval, Symbol("@eval"), :evalfile])
 
 # A global a method could have changed since the load (one not constant, or a Ref, an array, a
@@ -153,20 +156,21 @@ end
 the methods whose bodies differ, where that is what including `path` into a fresh module gives:
 the two ports' top-level expressions pair one to one, every pair that differs defines one method
 of the same name and signature (no new binding, no constant, no type), its new body names nothing
-of `_NOT_PATCHED`, and no other top-level expression (run once, at load time) names a redefined
-function, no expression of the port loads code from elsewhere (an included file's change would
-not be seen), and `mod` holds no global a method could have changed (`_stateless`). Returns false,
+of `_NOT_PATCHED`, no other top-level expression (run once, at load time) names a redefined
+function, no expression of the port loads code from elsewhere (`_LOADS_CODE`: an included file's
+change would not be seen), and `mod` holds no global a method could have changed (`_stateless`). Returns false,
 `mod` untouched, where not; a redefinition that throws leaves `mod` unusable (no longer in
 BUILT_FROM or PRELOADED) and the caller loads the port afresh."""
 function patch!(mod::Module, path::AbstractString)
     built = get(BUILT_FROM, mod, nothing)
     (built === nothing || !_stateless(mod)) && return false
     sources = port_sources(port_files(path))
-    old, new = toplevel_exprs(built), toplevel_exprs(sources)
+    old = built[2] === nothing ? toplevel_exprs(built[1]) : built[2]
+    new = toplevel_exprs(sources)
     length(old) == length(new) || return false
     changed, names = Tuple{LineNumberNode,Any}[], Set{Symbol}()
-    for ((_, x), (line, y)) in zip(old, new)
-        _bare(x) == _bare(y) && continue
+    for ((_, x, bx), (line, y, by)) in zip(old, new)
+        bx == by && continue
         sx, sy = method_signature(x), method_signature(y)
         (sx !== nothing && sx == sy && !_mentions(y, _NOT_PATCHED)) || return false
         # the method alone where its docstring is unchanged: no "Replacing docs" warning
@@ -175,14 +179,13 @@ function patch!(mod::Module, path::AbstractString)
         push!(names, sy[1])
     end
     any(((_, y),) -> method_signature(y) === nothing && _mentions(y, names), new) && return false
-    # code loaded from elsewhere (an included file, evaluated text): its change is not seen here
     any(((_, y),) -> _mentions(y, _LOADS_CODE), new) && return false
     delete!(BUILT_FROM, mod)
     filter!(((_, (_, m)),) -> m !== mod, PRELOADED)   # the image's module is no longer its sources'
     for (line, y) in changed
         Core.eval(mod, Expr(:toplevel, line, y))
     end
-    BUILT_FROM[mod] = sources
+    BUILT_FROM[mod] = (sources, new)
     return true
 end
 
