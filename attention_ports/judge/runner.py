@@ -314,6 +314,25 @@ def _expected_names(entry: dict[str, Any]) -> list[str]:
     return list(expected) if isinstance(expected, dict) and expected else ["*"]
 
 
+def load_cases(fixtures_dir: Path, entries: Iterable[dict[str, Any]]) -> dict[str, Case]:
+    """Cases read once for many runs (``run_suite(loaded=...)``), by id. A case whose files are bad
+    is left out: each run reads it and reports it as its own fixture error. Every array is made
+    read-only, so that nothing one run does to a case can reach the next."""
+    out: dict[str, Case] = {}
+    for entry in entries:
+        try:
+            case = load_case(fixtures_dir, entry)
+        except FixtureError:
+            continue
+        for arr in case.inputs.values():
+            arr.flags.writeable = False
+        for by_name in (case.expected, *case.conventions.values()):
+            for exp in by_name.values():
+                exp.array.flags.writeable = exp.bound.flags.writeable = False
+        out[case.id] = case
+    return out
+
+
 def run_suite(
     fixtures_dir: Path,
     impl_names: list[str],
@@ -327,6 +346,7 @@ def run_suite(
     live: Mapping[str, Implementation] | None = None,
     entries: Sequence[dict[str, Any]] | None = None,
     on_open: Callable[[str, Implementation], None] | None = None,
+    loaded: Mapping[str, Case] | None = None,
 ) -> list[CaseResult]:
     """Every selected case on every named implementation; results ordered by implementation (as
     named), then by case (manifest order), whether or not they ran side by side.
@@ -345,6 +365,8 @@ def run_suite(
     ``live``: implementations already made (a test's pool), used instead of new ones and left open.
     ``entries``: ``fixtures_dir``'s manifest entries, already read (:func:`select_entries`).
     ``on_open(name, impl)``: called (in the implementation's thread) once it has started and loaded.
+    ``loaded``: cases of ``fixtures_dir`` already loaded, by id (:func:`load_cases`: a mutation
+    kit's ~3,700 runs of ~190 cases read each once); any other selected case is read here.
     """
     ports = ports or {}
     required = required or set()
@@ -352,6 +374,10 @@ def run_suite(
     entries = select_entries(fixtures_dir, case_globs, entries)
     cases: list[Case | FixtureError] = []
     for entry in entries:
+        ready = (loaded or {}).get(entry.get("id", ""))
+        if ready is not None:
+            cases.append(ready)
+            continue
         try:
             cases.append(load_case(fixtures_dir, entry))
         except FixtureError as exc:

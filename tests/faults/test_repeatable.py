@@ -15,7 +15,7 @@ import pytest
 
 from attention_ports import cli
 from attention_ports.fixtures.store import REPO_FIXTURES, iter_entries
-from attention_ports.judge.runner import run_suite
+from attention_ports.judge.runner import load_cases, run_suite
 from attention_ports.report import write_json
 from attention_ports.runtimes import registry
 from tests.faults.conftest import check_runtime
@@ -34,12 +34,14 @@ def test_twenty_full_runs_give_byte_identical_json(tmp_path: Path, capsys: pytes
     summary = json.loads(want)["summary"]
     assert summary["ok"] is True and set(summary["implementations"]) == {"reference", "r"}
     meta = cli.verify_meta(["reference", "r"], {}, REPO_FIXTURES.resolve(), selection=[])  # what the command wrote
-    # The manifest, read and validated once (run 1 read it itself): reading a file again would only
-    # re-test reading it, as starting R would re-test start-up.
+    # The manifest and the cases, read and validated once (run 1 read them itself): reading a file
+    # again would only re-test reading it, as starting R would re-test start-up.
     entries = list(iter_entries(REPO_FIXTURES))
+    loaded = load_cases(REPO_FIXTURES, entries)
+    assert len(loaded) == len(entries)
     with registry.create("r") as r:
         for i in range(2, RUNS + 1):
-            results = run_suite(REPO_FIXTURES, ["reference", "r"], live={"r": r}, entries=entries)
+            results = run_suite(REPO_FIXTURES, ["reference", "r"], live={"r": r}, entries=entries, loaded=loaded)
             path = tmp_path / f"run{i:02d}.json"
             write_json(results, path, meta)
             assert path.read_bytes() == want, f"run {i} differs from run 1"
