@@ -55,12 +55,15 @@
 # The environment a port is sourced into. Its parents are the exports of utils, then of stats,
 # then base: the contract's "base/stats/utils", and not the global environment, so a port sees
 # neither what another port or a script left there (a `rowSums` of its own) nor this bridge.
+# Each export is bound as a promise of its value (evaluated in base, where a port's own names
+# cannot reach), fetched from the package's lazy-load database when first used: fetching all
+# ~650 at once cost each R process ~80 ms of its ~0.4 s start, for the few a port calls.
 .ap_port_env <- function() {
   parent <- baseenv()
   for (pkg in c("utils", "stats")) {
     env <- new.env(parent = parent)
     for (name in getNamespaceExports(pkg)) {
-      assign(name, getExportedValue(pkg, name), envir = env)
+      eval(call("delayedAssign", name, call("getExportedValue", pkg, name), baseenv(), env))
     }
     attr(env, "name") <- paste0("attention_ports:", pkg)
     parent <- env
