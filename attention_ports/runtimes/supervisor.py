@@ -675,7 +675,7 @@ class Supervisor:
     def reload(self, argv: Sequence[str], port: str, files: Sequence[str]) -> Reply:
         """Serve another port from now on (``argv`` starts its worker, ``port`` names it) and return
         its greeting; raises like :meth:`start`. A running worker is asked to load ``files`` in place
-        of its port (a 'P' request, the R and Julia workers': R ~50 ms instead of a start's ~0.5 s);
+        of its port (a 'P' request, the R and Julia workers': R ~25 ms instead of a start's ~0.35 s);
         it refuses when the previous port changed its session outside its own environment, and then, as when it
         dies, answers garbage or none is running, a fresh worker is started from ``argv``. Either way
         the port is new to this supervisor: its give-up count, load error and compile allowances

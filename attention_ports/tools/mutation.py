@@ -658,7 +658,7 @@ class MutantResult:
 class KeptWorker:
     """One R or Julia implementation kept across mutants run one after another, each mutated port
     loaded into it in turn instead of starting the runtime anew for each of ~250 mutants:
-    ``RImplementation.load`` (~50 ms instead of a start's ~0.5 s) or ``JuliaImplementation.load``.
+    ``RImplementation.load`` (~25 ms instead of a start's ~0.35 s) or ``JuliaImplementation.load``.
     Either loads in place only where the worker's session is as it started, else starts a fresh
     worker. R gives each port an environment of its own; Julia redefines, in the module it serves,
     the methods whose bodies the mutant changed where that is what a fresh module would be (no
