@@ -13,13 +13,14 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
 
 from attention_ports.judge.runner import in_ci
 from attention_ports.pytest_plugin import require
-from tests import wheel_env
+from tests import scratch, wheel_env
 
 __all__ = ["require"]
 
@@ -66,6 +67,40 @@ SHARED_MODULE_FIXTURES = {
     # one test saw the other's live port
     "tests/runtimes/command/test_faults.py": {"entries": "the fault suite's cases"},
 }
+
+
+_RAM = pytest.StashKey[Path]()
+_STATUS = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp (its pytest_configure)
+def pytest_configure(config: pytest.Config) -> None:
+    # The run's temporary files in RAM where there is room (tests/scratch.py says why); decided
+    # once, by the controller under xdist (each worker gets a folder inside), unless --basetemp is given.
+    if hasattr(config, "workerinput") or config.option.basetemp:
+        return
+    ram = scratch.ram_folder()
+    if ram is not None:
+        config.option.basetemp = str(ram)
+        config.stash[_RAM] = ram
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[_STATUS] = exitstatus
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    ram = config.stash.get(_RAM, None)
+    if ram is not None and exitstatus != 0:
+        terminalreporter.write_line(f"this run's temporary files, kept in RAM until the next run: {ram}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # A green run's files go with it; a red run's stay to be looked at (scratch.ram_folder removes
+    # them at the next run).
+    ram = config.stash.get(_RAM, None)
+    if ram is not None and config.stash.get(_STATUS, 1) == 0:
+        shutil.rmtree(ram, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own hook, registered later, runs first)
