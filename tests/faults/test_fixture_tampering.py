@@ -26,7 +26,7 @@ import pytest
 from attention_ports import cli
 from attention_ports.core import validate
 from attention_ports.fixtures.store import REPO_FIXTURES, FixtureError, ManifestError, read_manifest
-from attention_ports.judge.runner import run_suite
+from attention_ports.judge.runner import load_cases, run_suite
 from attention_ports.spec.catalogue import CatalogueError, load_catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -365,6 +365,35 @@ def test_run_suite_raises_the_named_error_for_library_users(fx: Path) -> None:
     edit_manifest(fx, lambda m: entry(m)["inputs"]["x"].update(file="/etc/passwd.npy"))
     with pytest.raises(FixtureError, match=r"'/etc/passwd\.npy' is not a relative path"):
         run_suite(fx, ["reference"])
+
+
+def test_cases_loaded_once_are_read_only_and_a_tampered_one_is_still_its_own_error(fx: Path) -> None:
+    # run_suite(loaded=...) (the mutation kit's and the repeated runs' cases, read once): a case
+    # whose file was tampered with is left out of load_cases and read by each run, which reports
+    # it as that case's fixture error; the others give what reading them afresh gives, and no
+    # run can write into the arrays the next one is handed.
+    victim = fx / entry(read_manifest(fx))["inputs"]["x"]["file"]
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0x01
+    victim.write_bytes(bytes(data))
+    entries = [e for e in read_manifest(fx)["cases"] if e["id"] in (CASE, OTHER)]
+    loaded = load_cases(fx, entries)
+    assert list(loaded) == [OTHER]
+    case = loaded[OTHER]
+    for arr in (*case.inputs.values(), *(a for e in case.expected.values() for a in (e.array, e.bound))):
+        with pytest.raises(ValueError, match="read-only"):
+            arr[...] = 0.0
+
+    def rows(results: list) -> list:
+        return [
+            (r.case, r.status, r.fixture_error, [(o.output, o.status, o.message) for o in r.outputs]) for r in results
+        ]
+
+    fresh = run_suite(fx, ["reference"], case_globs=[CASE, OTHER])
+    again = run_suite(fx, ["reference"], case_globs=[CASE, OTHER], loaded=loaded)
+    assert rows(again) == rows(fresh)
+    assert {r.case: r.status for r in again} == {CASE: "error", OTHER: "pass"}
+    assert f"{victim}: sha256 does not match the manifest" in next(r for r in again if r.case == CASE).fixture_error
 
 
 # --- the catalogue ----------------------------------------------------------------------------------
