@@ -85,8 +85,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_RAM] = ram
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    session.config.stash[_STATUS] = exitstatus
+@pytest.hookimpl(trylast=True)  # after the plugin's zero-pass rule, which may turn a run red
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    session.config.stash[_STATUS] = int(session.exitstatus)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
