@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 RAM_DIR = Path("/dev/shm")
-RAM_ROOM = 2 << 30  # free bytes it must have: a run's files take ~0.3 GB at most (pyproject.toml says why)
+RAM_ROOM = 2 << 30  # free bytes it must have: a run's files took 0.48 GB at most (pyproject.toml says why)
 PREFIX = "attention-ports-tests-"
 
 
