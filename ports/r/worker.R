@@ -58,6 +58,8 @@
 # Each export is bound as a promise of its value (evaluated in base, where a port's own names
 # cannot reach), fetched from the package's lazy-load database when first used: fetching all
 # ~650 at once cost each R process ~80 ms of its ~0.4 s start, for the few a port calls.
+# The call is built with the names as values: the promise is evaluated in base, where this loop's
+# `pkg` and `name` do not exist.
 .ap_port_env <- function() {
   parent <- baseenv()
   for (pkg in c("utils", "stats")) {
