@@ -9,10 +9,10 @@ named in 1-based indices of the port's own layout (checked against the fixture's
 there). The ports: ours (every case, both languages), seed 000's R code verbatim (its errors carry
 R's own message) and with its one-word fix, seed 003's two known-bad Julia transcriptions (their
 softmax helper, their forward and their backward cases), ports with declarations or that do not
-load, our Julia port declared float32 (judged on the float32 tier, in Float32), and a spread of the
-mutation kit's mutants, bugs and controls (each on its own cases, as tests/tools/test_mutation.py
-runs them). The native runner runs while Python verifies, so the two halves
-share the cores.
+load (each on the cases of its operations and two of every other: ``_sample``), our Julia port
+declared float32 (judged on the float32 tier, in Float32), and a spread of the mutation kit's
+mutants, bugs and controls (each on its own cases, as tests/tools/test_mutation.py runs them).
+The native runner runs while Python verifies, so the two halves share the cores.
 
 Also: the runners from an unpacked wheel (what an R-only or Julia-only team has; declared,
 undefined and undeclared operations), the masked-query convention files they pick, their
@@ -90,15 +90,29 @@ def _user(lang: str, name: str, *cases: str, passes: bool = False) -> Port:
     return Port(f"{lang}-{name}", lang, path, cases, passes=passes)
 
 
+def _sample(entries: list[dict], *own: str) -> tuple[str, ...]:
+    """Every case of the globs ``own`` (the operations a port defines), and the first two of every
+    other operation: each verdict a port gets on the others (missing, or an error where it does
+    not load) is the same on all of an operation's cases, so the whole catalogue (191 cases, ~3 s
+    of R a port) would repeat it."""
+    first: dict[str, list[str]] = {}
+    for e in entries:
+        first.setdefault(e["op"], []).append(e["id"])
+    return own + tuple(case for ids in first.values() for case in ids[:2])
+
+
 def _ports() -> list[Port]:
+    entries = list(iter_entries(REPO_FIXTURES))
+    seed = _sample(entries, "self_attn_*", "seed000_*")
     ports = [
-        Port("r-ours", "r"),
+        Port("r-ours", "r"),  # ours: every case, in both languages
         Port("julia-ours", "julia"),
         # Seed 000 as published stops R: apply(scores, margin = 1, max) fills MARGIN with max.
-        Port("r-seed000_verbatim", "r", USER_PORTS / "r" / "seed000_verbatim.R", says=FUN_MISSING),
-        *(_user("r", n) for n in ("seed000_margin_fixed", "declared_attention_only")),
-        _user("r", "declares_undefined"),
-        _user("r", "syntax_error"),  # never loads: every case an error, naming the file
+        Port("r-seed000_verbatim", "r", USER_PORTS / "r" / "seed000_verbatim.R", seed, says=FUN_MISSING),
+        _user("r", "seed000_margin_fixed", *seed),
+        _user("r", "declared_attention_only", *_sample(entries, "softmax_*", "sdpa_*", "self_attn_*")),
+        _user("r", "declares_undefined", *_sample(entries, "softmax_*", "self_attn_*")),
+        _user("r", "syntax_error", *_sample(entries)),  # never loads: every case an error, naming the file
         _user("julia", "syntax_error", "softmax_ties", "clf_step_n1"),
         # Seed 003: its softmax helper (undeclared, so called: it normalises the whole array), the
         # forward whose scale is wrong, the backward that is wrong.
@@ -115,7 +129,6 @@ def _ports() -> list[Port]:
             passes=True,
         ),
     ]
-    entries = list(iter_entries(REPO_FIXTURES))
     kit = mutation.load_mutants()
     for lang, k in MUTANTS_PER_LANG.items():
         for m in _spread([m for m in kit if m.lang == lang], k):
