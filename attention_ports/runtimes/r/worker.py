@@ -90,11 +90,23 @@ class EmbeddedR:
             raise Unavailable(
                 f"r: cannot import rpy2 ({type(exc).__name__}: {exc}); run `attention-ports setup r`"
             ) from exc
+        # R starts with the contract's packages, utils and stats, attached, not all of R's default
+        # ones (methods, datasets, grDevices and graphics as well: ~45 ms of a worker's ~0.33 s
+        # start): a port sees base, stats and utils through its own environment (ports/r/worker.R,
+        # .ap_port_env), never the rest of the search path. The variable is R's to read at start
+        # only; the port's session keeps the environment it was given.
+        given = os.environ.get("R_DEFAULT_PACKAGES")
+        os.environ["R_DEFAULT_PACKAGES"] = "utils,stats"
         try:
             if not embedded.isready():
                 ri.initr_simple()  # rpy2 sets R_SignalHandlers = 0: a segfault ends this process
         except Exception as exc:
             raise Unavailable(f"r: cannot start the embedded R: {exc}") from exc
+        finally:
+            if given is None:
+                os.environ.pop("R_DEFAULT_PACKAGES", None)
+            else:
+                os.environ["R_DEFAULT_PACKAGES"] = given
         # R's console (print, cat) is the port's stdout, its warnings and messages its stderr:
         # both captured by the supervisor, unbuffered so that they come before the reply.
         callbacks.consolewrite_print = _writer(1)
