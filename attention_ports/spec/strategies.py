@@ -25,6 +25,7 @@ certify).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,7 @@ COARSE = (0.0, 1.0, -1.0, 0.5, -0.5, 2.0)
 ELEMENTWISE = 24
 
 
+@functools.cache  # strategies are immutable: built (and validated by hypothesis) once, not per draw
 def _elements(kind: str) -> st.SearchStrategy[float]:
     if kind == "coarse":  # few distinct values: tied scores, exact zeros, identical rows
         return st.sampled_from(COARSE)
@@ -80,14 +82,19 @@ def _double(sign: float, significand: int, exponent: int) -> float:
     return sign * significand * 2.0 ** (exponent - 52)  # exact: a 53-bit integer times a power of two
 
 
+@functools.cache  # as _elements: one strategy per shape and kind (validating it was ~20% of a draw)
+def _float_arrays(shape: tuple[int, ...], kind: str) -> st.SearchStrategy[np.ndarray]:
+    # fill=nothing: every element drawn on its own (hypothesis otherwise fills most with one value)
+    return hnp.arrays(np.float64, shape, elements=_elements(kind), fill=st.nothing())
+
+
 @st.composite
 def values(draw: st.DrawFn, shape: tuple[int, ...], big: bool = False, exponents=(4, 6, 8)) -> np.ndarray:
     """A float64 array of ``shape``: ordinary values, or (``big``) scaled by 2^k, k one of ``exponents``."""
     # Listed simplest first: hypothesis shrinks towards the first, so a minimal case reads 0, 1, -0.5.
     kind = draw(st.sampled_from(["coarse", "edgy", "full", "full", "full"]))
     if int(np.prod(shape)) <= ELEMENTWISE:
-        # fill=nothing: every element drawn on its own (hypothesis otherwise fills most with one value)
-        arr = draw(hnp.arrays(np.float64, shape, elements=_elements(kind), fill=st.nothing()))
+        arr = draw(_float_arrays(tuple(shape), kind))
     else:
         rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
         if kind == "coarse":
