@@ -41,12 +41,18 @@ def in_ci() -> bool:
 
 def repro_command(impl: str, case: str, port: Path | None, fixtures_dir: Path | None = None) -> str:
     """The command that runs just this case again, shell-quoted (a path may hold spaces or quotes)."""
-    parts = ["attention-ports", "verify", "--impl", impl, "--case", case]
+    return repro_commands(impl, port, fixtures_dir)(case)
+
+
+def repro_commands(impl: str, port: Path | None, fixtures_dir: Path | None = None) -> Callable[[str], str]:
+    """:func:`repro_command` for each case of one implementation's run: the paths resolved once
+    (three ``realpath`` calls a case were ~1% of a test run's CPU)."""
+    tail = []
     if port is not None:
-        parts += ["--port", f"{impl}={shown_path(port)}"]
+        tail += ["--port", f"{impl}={shown_path(port)}"]
     if fixtures_dir is not None and fixtures_dir.resolve() != _default_dir():
-        parts += ["--dir", shown_path(fixtures_dir)]
-    return shlex.join(parts)
+        tail += ["--dir", shown_path(fixtures_dir)]
+    return lambda case: shlex.join(["attention-ports", "verify", "--impl", impl, "--case", case, *tail])
 
 
 def shown_path(path: Path) -> str:
@@ -420,15 +426,14 @@ def run_suite(
         # the report's grouping of equal messages, and stored once.
         not_loaded = ""
         unavailable_said = False
+        repro = repro_commands(name, port, fixtures_dir)
         try:
             for i, (entry, case) in enumerate(zip(entries, cases, strict=True)):
                 if stop.is_set():
                     break
                 case_id = entry.get("id", "?")
                 start = time.perf_counter()
-                res = CaseResult(
-                    name, case_id, entry.get("op", "?"), repro=repro_command(name, case_id, port, fixtures_dir)
-                )
+                res = CaseResult(name, case_id, entry.get("op", "?"), repro=repro(case_id))
                 if isinstance(case, FixtureError):
                     res.fixture_error = str(case)
                     res.outputs = [
