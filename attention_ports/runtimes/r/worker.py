@@ -396,6 +396,13 @@ def main(argv: Sequence[str]) -> None:
     if not argv:
         raise SystemExit("usage: python -m attention_ports.runtimes.r.worker FILE...")
     serve(argv, request_fd, reply_fd)
+    # Served (the request pipe closed, or the port did not load): leave without R's clean-up and
+    # Python's. R's (rpy2's endr at exit: ~30 ms of CPU a worker) runs the session's exit
+    # finalizers and removes its temporary folder, which lies in the worker's TMPDIR, removed by
+    # the supervisor however the worker ends (supervisor._spawn).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
