@@ -10,6 +10,7 @@ installed as ``attention_ports.reference``.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: the reference is its reference/
@@ -81,6 +82,7 @@ def imports(module: str, path: Path, known: set[str]) -> set[str]:
     return out
 
 
+@functools.cache  # one parse of every module per test process, for the four tests below
 def graph() -> dict[str, set[str]]:
     files = module_files()
     known = set(files)
