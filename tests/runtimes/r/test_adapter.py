@@ -13,6 +13,7 @@ with N > 0), which is what this file's copy of it checked.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from attention_ports.core import paths
 from attention_ports.runtimes.builtin import call_reference
 from attention_ports.runtimes.impl import ImplementationError, ImplementationUnavailable, OperationMissing
 from attention_ports.spec import ops
@@ -358,6 +360,33 @@ def test_ports_are_isolated(r_port, user_port):
     r_port.run("scaled_dot_product_attention", inputs, {})
     assert partial.supervisor.pid != r_port.supervisor.pid
     # tests/faults/test_r_faults.py: a port polluting R's global environment breaks nothing
+
+
+def test_a_port_sees_base_stats_and_utils_and_any_other_package_by_its_namespace(user_port, tmp_path):
+    """The contract's R (ports/CONTRACT.md): a port's environment has stats' and utils' exports,
+    then base, whose enclosure is R's empty environment: nothing on the search path (which the
+    worker's R starts with utils and stats alone on, worker.py) is in sight, so a package R would
+    attach by default (methods, grDevices) is reached by its namespace, as under Rscript."""
+    port = tmp_path / "packages.R"
+    port.write_text(
+        "softmax <- function(x) {\n"
+        '  stopifnot(exists("median"), exists("head"), !exists("is"), !exists("n2mfrow"))\n'
+        '  stopifnot(methods::is(x, "matrix"), length(grDevices::n2mfrow(2)) == 2)\n'
+        "  e <- exp(x - apply(x, 1, max))\n"
+        "  e / rowSums(e)\n"
+        "}\n"
+    )
+    x = np.array([[1.0, 2.0, 3.0], [0.5, 0.5, 0.5]])
+    got = user_port(port).run("softmax", {"x": x}, {})["y"]
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=RTOL, atol=ATOL)
+    # and so does Rscript's environment built the same way (ports/r/worker.R, .ap_port_env)
+    code = (
+        f"source({str(paths.PORTS / 'r' / 'worker.R')!r}); env <- .ap_port_env(); "
+        'cat(exists("median", envir = env), exists("is", envir = env))'
+    )
+    said = subprocess.run(["Rscript", "-e", code], capture_output=True, text=True, check=True).stdout
+    assert said.split()[-2:] == ["TRUE", "FALSE"], said
 
 
 # --------------------------------------------------------------------------------------------
