@@ -29,7 +29,6 @@ import fnmatch
 import glob
 import hashlib
 import math
-import os
 import secrets
 import sys
 import threading
@@ -157,13 +156,6 @@ def asked_operations(globs: Iterable[str], main: Sequence[dict[str, Any]] | None
         return list(ops.OPS)  # (the main manifest is read only when --case narrows them)
     entries = iter_entries(REPO_FIXTURES) if main is None else main
     return list(dict.fromkeys(e["op"] for e in entries if any(fnmatch.fnmatchcase(e["id"], g) for g in globs)))
-
-
-def _same_dir(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 # --------------------------------------------------------------------- case sources
@@ -301,7 +293,7 @@ class CatalogueSource(CaseSource):
             # float64's hold every operation, and a --dir folder holds what its author chose.
             lower = self.default_dir and fmt.name != formats.DEFAULT
             # the main folder's manifest read once for both (each read checks ~3,300 paths)
-            main = list(iter_entries(fixtures_dir)) if self.globs and _same_dir(fixtures_dir, REPO_FIXTURES) else None
+            main = list(iter_entries(fixtures_dir)) if self.globs and fixtures_dir == REPO_FIXTURES else None
             asked = [op for op in asked_operations(self.globs, main) if not self.operations or op in self.operations]
             tier = declared_entry(fmt, asked, fixtures_dir) if lower else None
 
